@@ -1,0 +1,407 @@
+"""Benchmark pgqueuer (a peer of outbox) on a fresh throwaway database.
+
+Run with the peers' virtualenv, never with an outbox environment::
+
+    /opt/peers/bin/python bench/peers/pgqueuer_bench.py \\
+        --dsn postgresql://postgres@127.0.0.1:5432/postgres \\
+        --workload burn --driver asyncpg
+
+Prints one JSON object on stdout (see README.md). Both pgqueuer drivers are measured:
+``--driver asyncpg`` (AsyncpgDriver, or AsyncpgPoolDriver with ``--asyncpg-pool``) and
+``--driver psycopg`` (PsycopgDriver over a psycopg 3 AsyncConnection in autocommit).
+The worker is pgqueuer's ``QueueManager`` (the job consumer of ``PgQueuer``, without
+the cron ``SchedulerManager``, which the benchmark has no use for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pgqueuer
+import psycopg
+from pgqueuer import Job, QueueManager
+from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver, Driver, PsycopgDriver
+from pgqueuer.queries import Queries
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402  (sibling module of a standalone script)
+    LATENCY_WARMUP_S,
+    BenchConfig,
+    BenchError,
+    Countdown,
+    IdRange,
+    LatencyProbe,
+    Stopwatch,
+    bounded,
+    build_parser,
+    chunks,
+    config_from_args,
+    enqueue_spaced,
+    fresh_database,
+    log,
+    make_result,
+    run_cli,
+    wait_drained,
+)
+
+SYSTEM = "pgqueuer"
+DRIVERS = ("asyncpg", "psycopg")
+ENTRYPOINT = "bench_noop"
+OTHER_ENTRYPOINT = "bench_other"
+FAR_FUTURE = timedelta(days=365 * 100)
+
+# Best throughput settings found on the 2-core benchmark machine (see README.md).
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_MAX_CONCURRENT = 0  # 0 = unlimited (pgqueuer's own default)
+DEFAULT_DEQUEUE_TIMEOUT_S = 30.0  # pgqueuer default; LISTEN/NOTIFY wakes the worker
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The pgqueuer knobs that matter for throughput and latency."""
+
+    batch_size: int
+    max_concurrent_tasks: int
+    dequeue_timeout_s: float
+    asyncpg_pool: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
+        """Read the tuning flags added by :func:`add_tuning_args`."""
+        return cls(
+            batch_size=args.batch_size,
+            max_concurrent_tasks=args.max_concurrent_tasks,
+            dequeue_timeout_s=args.dequeue_timeout,
+            asyncpg_pool=args.asyncpg_pool,
+        )
+
+
+def add_tuning_args(parser: argparse.ArgumentParser) -> None:
+    """Flags to try other worker settings than the best ones found."""
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument(
+        "--max-concurrent-tasks",
+        type=int,
+        default=DEFAULT_MAX_CONCURRENT,
+        help="0 = unlimited; else must be >= 2 * batch size",
+    )
+    parser.add_argument("--dequeue-timeout", type=float, default=DEFAULT_DEQUEUE_TIMEOUT_S)
+    parser.add_argument(
+        "--asyncpg-pool",
+        action="store_true",
+        help="asyncpg only: use AsyncpgPoolDriver instead of AsyncpgDriver",
+    )
+
+
+def describe_settings(config: BenchConfig, worker: WorkerSettings) -> dict[str, Any]:
+    """The "settings" object of the result: versions, driver wiring, worker knobs."""
+    settings: dict[str, Any] = {
+        "pgqueuer_version": pgqueuer.__version__,
+        "driver_class": driver_class_name(config.driver, worker.asyncpg_pool),
+        "durability": "durable (pgqueuer default, logged tables)",
+        "enqueue_api": "Queries.enqueue (autocommit: one statement = one transaction)",
+    }
+    if config.workload in ("burn", "burn_pending", "latency"):
+        settings["worker"] = {
+            "runner": "QueueManager.run, continuous mode, one process, same event loop",
+            "listen_notify": True,
+            "done_when": "handler saw n jobs and their rows are gone from the queue table",
+            **asdict(worker),
+        }
+    if config.workload in ("burn", "burn_pending"):
+        settings["setup"] = "pre-enqueued with Queries.enqueue lists, then ANALYZE + CHECKPOINT"
+    if config.workload == "burn_pending":
+        settings["pending_placement"] = config.pending_placement
+        settings["pending_how"] = pending_description(config.pending_placement)
+    if config.workload == "latency":
+        settings["latency"] = "perf_counter after enqueue returns -> first line of handler"
+    return settings
+
+
+def driver_class_name(driver: str, asyncpg_pool: bool) -> str:
+    """Name of the pgqueuer driver class used for *driver*."""
+    if driver == "psycopg":
+        return "PsycopgDriver"
+    return "AsyncpgPoolDriver" if asyncpg_pool else "AsyncpgDriver"
+
+
+def pending_description(placement: str) -> str:
+    """How the pending jobs are kept away from the measured worker."""
+    if placement == "future":
+        return f"same entrypoint {ENTRYPOINT!r}, execute_after = now() + 100 years"
+    return f"entrypoint {OTHER_ENTRYPOINT!r}, which the worker does not register"
+
+
+# ---------------------------------------------------------------------------
+# Connections
+# ---------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_driver(dsn: str, driver: str, asyncpg_pool: bool) -> AsyncIterator[Driver]:
+    """Open a pgqueuer driver of the requested kind; close its connection(s) on exit."""
+    if driver == "psycopg":
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            yield PsycopgDriver(conn)
+        finally:
+            await conn.close()
+    elif asyncpg_pool:
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
+        try:
+            yield AsyncpgPoolDriver(pool)
+        finally:
+            await pool.close()
+    else:
+        aconn = await asyncpg.connect(dsn)
+        try:
+            yield AsyncpgDriver(aconn)
+        finally:
+            await aconn.close()
+
+
+async def count_left(queries: Queries, ids: IdRange) -> int:
+    """Measured jobs not yet acknowledged (pgqueuer deletes a job row once it is done)."""
+    table = queries.qbe.settings.queue_table
+    rows = await queries.driver.fetch(
+        f"SELECT count(*) AS n FROM {table} WHERE id BETWEEN $1 AND $2", ids.first, ids.last
+    )
+    return int(rows[0]["n"])  # type: ignore[call-overload]
+
+
+async def count_all(queries: Queries) -> int:
+    """All rows in pgqueuer's queue table."""
+    table = queries.qbe.settings.queue_table
+    rows = await queries.driver.fetch(f"SELECT count(*) AS n FROM {table}")
+    return int(rows[0]["n"])  # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------------------
+# Enqueue and set-up
+# ---------------------------------------------------------------------------
+
+
+async def enqueue_one(queries: Queries) -> int:
+    """Enqueue one no-op job in its own transaction; return its id."""
+    (job_id,) = await queries.enqueue(ENTRYPOINT, None)
+    return int(job_id)
+
+
+async def enqueue_many(queries: Queries, count: int) -> list[int]:
+    """Enqueue *count* no-op jobs in one call of pgqueuer's batch API; return their ids."""
+    ids = await queries.enqueue([ENTRYPOINT] * count, [None] * count, [0] * count)
+    if len(ids) != count:
+        raise BenchError(f"batch enqueue returned {len(ids)} ids for {count} jobs")
+    return [int(job_id) for job_id in ids]
+
+
+async def pre_enqueue(queries: Queries, count: int) -> IdRange:
+    """Untimed set-up: enqueue *count* no-op jobs in batches; return their id range."""
+    ids = IdRange()
+    for size in chunks(count):
+        ids.extend(await enqueue_many(queries, size))
+    if ids.size != count:
+        raise BenchError(f"measured ids are not contiguous ({ids}), cannot track completion")
+    return ids
+
+
+async def insert_pending(queries: Queries, count: int, placement: str) -> None:
+    """Untimed set-up: insert *count* queued rows the measured worker must not pick.
+
+    One INSERT ... SELECT generate_series into pgqueuer's own queue table, in the row
+    format its enqueue writes (status 'queued', priority 0, NULL payload).
+    """
+    entrypoint = ENTRYPOINT if placement == "future" else OTHER_ENTRYPOINT
+    delay = FAR_FUTURE if placement == "future" else timedelta(0)
+    table = queries.qbe.settings.queue_table
+    await queries.driver.execute(
+        f"INSERT INTO {table} (priority, entrypoint, payload, status, execute_after) "
+        "SELECT 0, $1::text, NULL, 'queued', now() + $2::interval "
+        "FROM generate_series(1, $3::int)",
+        entrypoint,
+        delay,
+        count,
+    )
+
+
+async def settle(queries: Queries) -> None:
+    """Fresh planner statistics and a checkpoint, so set-up I/O does not leak into timing."""
+    await queries.driver.execute("ANALYZE")
+    await queries.driver.execute("CHECKPOINT")
+
+
+# ---------------------------------------------------------------------------
+# Worker
+# ---------------------------------------------------------------------------
+
+
+def build_worker(
+    driver: Driver, handled: Countdown, probe: LatencyProbe | None
+) -> QueueManager:
+    """A QueueManager whose no-op handler counts jobs and stops it after the last one."""
+    qm = QueueManager(Queries(driver))
+
+    @qm.entrypoint(ENTRYPOINT)
+    async def noop(job: Job) -> None:
+        if probe is not None:
+            probe.mark_started(int(job.id))
+        handled.hit()
+
+    return qm
+
+
+async def run_worker(qm: QueueManager, settings: WorkerSettings) -> None:
+    """Run the worker until its shutdown event is set."""
+    await qm.run(
+        batch_size=settings.batch_size,
+        max_concurrent_tasks=settings.max_concurrent_tasks or None,
+        dequeue_timeout=timedelta(seconds=settings.dequeue_timeout_s),
+    )
+
+
+async def wait_handled(handled: Countdown, count: int, timeout_s: float, what: str) -> None:
+    """Wait until the handler has seen *count* jobs, for at most *timeout_s*."""
+
+    async def poll() -> None:
+        while handled.count < count:
+            await asyncio.sleep(0.005)
+
+    await bounded(poll(), timeout_s, what)
+
+
+# ---------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------
+
+
+async def bench_enqueue_single(config: BenchConfig, queries: Queries) -> float:
+    """N jobs, one per call (and per transaction); return elapsed seconds."""
+
+    async def loop() -> None:
+        for _ in range(config.n):
+            await enqueue_one(queries)
+
+    clock = Stopwatch()
+    await bounded(loop(), config.timeout_s, f"enqueue_single of {config.n} jobs")
+    return clock.stop()
+
+
+async def bench_enqueue_bulk(config: BenchConfig, queries: Queries) -> float:
+    """N jobs in one batch call; return elapsed seconds."""
+    clock = Stopwatch()
+    await bounded(enqueue_many(queries, config.n), config.timeout_s, "enqueue_bulk")
+    return clock.stop()
+
+
+async def bench_burn(
+    config: BenchConfig, dsn: str, queries: Queries, worker: WorkerSettings
+) -> float:
+    """Pre-enqueue N jobs (plus pending ones), then time the worker draining them.
+
+    The clock runs from just before the worker starts until the database shows every
+    measured job acknowledged; the worker is then stopped (untimed: pgqueuer's
+    shutdown waits out its listener and health-check loops).
+    """
+    pending = config.pending if config.workload == "burn_pending" else 0
+    if pending:
+        log(f"inserting {pending} pending jobs ({config.pending_placement})")
+        await bounded(
+            insert_pending(queries, pending, config.pending_placement),
+            config.timeout_s,
+            "inserting pending jobs",
+        )
+    log(f"pre-enqueueing {config.n} jobs")
+    ids = await bounded(pre_enqueue(queries, config.n), config.timeout_s, "pre-enqueue")
+    await bounded(settle(queries), config.timeout_s, "ANALYZE/CHECKPOINT")
+
+    handled = Countdown(config.n)
+    async with open_driver(dsn, config.driver, worker.asyncpg_pool) as driver:
+        qm = build_worker(driver, handled, probe=None)
+        log("worker started")
+        clock = Stopwatch()
+        worker_task = asyncio.create_task(run_worker(qm, worker))
+        try:
+            await wait_drained(handled, lambda: count_left(queries, ids), config.timeout_s)
+            seconds = clock.stop()
+        finally:
+            qm.shutdown.set()
+            await bounded(worker_task, config.timeout_s, "worker shutdown")
+    left = await count_all(queries)
+    if left != pending:
+        raise BenchError(f"{left} rows left in the queue table, expected {pending}")
+    return seconds
+
+
+async def bench_latency(
+    config: BenchConfig, dsn: str, queries: Queries, worker: WorkerSettings
+) -> list[float]:
+    """Idle listening worker; enqueue N jobs ~20 ms apart; return latencies in ms."""
+    probe = LatencyProbe()
+    handled = Countdown(config.n + 1)  # +1: the warm-up job
+    async with open_driver(dsn, config.driver, worker.asyncpg_pool) as driver:
+        qm = build_worker(driver, handled, probe)
+        worker_task = asyncio.create_task(run_worker(qm, worker))
+        try:
+            await enqueue_one(queries)
+            await wait_handled(handled, 1, config.timeout_s, "warm-up job")
+            await asyncio.sleep(LATENCY_WARMUP_S)
+            await bounded(
+                enqueue_spaced(lambda: enqueue_one(queries), probe, config.n),
+                config.timeout_s,
+                "latency enqueue loop",
+            )
+            await bounded(handled.done.wait(), config.timeout_s, "latency jobs")
+        finally:
+            qm.shutdown.set()
+            await bounded(worker_task, config.timeout_s, "worker shutdown")
+    return probe.latencies_ms(expected=config.n)
+
+
+async def run_workload(config: BenchConfig, dsn: str, worker: WorkerSettings) -> dict[str, Any]:
+    """Install pgqueuer in the fresh database *dsn* and run the selected workload."""
+    settings = describe_settings(config, worker)
+    async with open_driver(dsn, config.driver, worker.asyncpg_pool) as driver:
+        queries = Queries(driver)
+        await queries.install()
+        if config.workload == "enqueue_single":
+            seconds = await bench_enqueue_single(config, queries)
+        elif config.workload == "enqueue_bulk":
+            seconds = await bench_enqueue_bulk(config, queries)
+        elif config.workload in ("burn", "burn_pending"):
+            seconds = await bench_burn(config, dsn, queries, worker)
+        else:
+            clock = Stopwatch()
+            latencies = await bench_latency(config, dsn, queries, worker)
+            return make_result(
+                system=SYSTEM,
+                config=config,
+                seconds=clock.stop(),
+                settings=settings,
+                latencies_ms=latencies,
+            )
+    return make_result(system=SYSTEM, config=config, seconds=seconds, settings=settings)
+
+
+async def main() -> dict[str, Any]:
+    """Parse the command line, make a fresh database, run, drop the database."""
+    parser = build_parser(SYSTEM, DRIVERS)
+    add_tuning_args(parser)
+    config = config_from_args(parser.parse_args())
+    worker = WorkerSettings.from_args(config.extra)
+    if worker.asyncpg_pool and config.driver != "asyncpg":
+        raise BenchError("--asyncpg-pool needs --driver asyncpg")
+    async with fresh_database(config.dsn, SYSTEM, keep=config.keep_db) as dsn:
+        return await run_workload(config, dsn, worker)
+
+
+if __name__ == "__main__":
+    run_cli(main)

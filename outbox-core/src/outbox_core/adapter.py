@@ -1,0 +1,121 @@
+"""The adapter contract: one adapter per kind, and the only code that calls a provider.
+
+Only the executor calls :meth:`ActionAdapter.execute` (the specification's egress rule): the
+method is guarded at run time, and ``tests/test_egress.py`` refuses any call in the source of
+the outbox packages outside ``outbox_core.executor``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import functools
+import re
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from .errors import EgressViolation, RegistrationError
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from .action import Action
+    from .attempt import ActionAttempt
+    from .results import AdapterResult, Defer, Retry
+    from .settings import OutboxSettings
+    from .variants import ActionVariants
+
+KIND_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,62}$")
+
+# Set by the executor around each call of execute(); nothing else sets it.
+_egress_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "outbox_egress_allowed", default=False
+)
+
+
+class ActionAdapter(abc.ABC):
+    """Carries out the actions of one kind.
+
+    Class attributes declare the kind; ``variants()`` declares what it decodes (required);
+    ``build()`` makes the instance the executor uses (import provider SDKs there, not at module
+    level, so ``outbox migrate`` stays light).
+    """
+
+    kind: ClassVar[str]
+    at_most_once: ClassVar[bool] = False
+    """The provider cannot be read back: never claimed again once its write started."""
+    instance_level: ClassVar[bool] = False
+    """Actions of this kind may have no workspace (an email to an account)."""
+    retained: ClassVar[bool] = True
+    """False: the retention sweep leaves ended actions of this kind to the kind's own event."""
+    stop_reasons: ClassVar[frozenset[str]] = frozenset()
+    """Stop reasons this kind uses beyond the core's (``StopReason``)."""
+    max_concurrency: ClassVar[int | None] = None
+    """Attempts of this kind running at once in one executor (None: only the global limit)."""
+    retry_base: ClassVar[timedelta] = timedelta(seconds=5)
+    retry_cap: ClassVar[timedelta] = timedelta(minutes=30)
+    default_max_attempts: ClassVar[int] = 5
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        """What this adapter decodes. There is no default: every adapter declares it."""
+        raise RegistrationError(
+            f"{cls.__module__}.{cls.__qualname__} declares no variants(): say what it decodes "
+            "with ActionVariants.one(Model), .tagged(tag, body, bodies) or .key_suffix(values, Model)"
+        )
+
+    @classmethod
+    def build(cls, settings: OutboxSettings) -> Self:
+        """The instance the executor calls. Override to read your package's settings."""
+        return cls()
+
+    @abc.abstractmethod
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        """Carry out one attempt. Call ``await attempt.fence().begin_write()`` just before the
+        provider write and return ``Abandoned()`` when it refuses."""
+
+    async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
+        """Called in the transaction that ended an action of this kind, however it ended
+        (attempt, expiry, reaper). Move the domain row on here; never call a provider."""
+
+    async def rescheduled(
+        self, conn: AsyncConnection[Any], action: Action, result: Retry | Defer
+    ) -> None:
+        """Called in the transaction that makes the action wait again after ``Retry`` or
+        ``Defer`` (a domain event such as DRAFT_DEFERRED belongs here)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("execute")
+        if (
+            own is not None
+            and not getattr(own, "__isabstractmethod__", False)
+            and not getattr(own, "_outbox_guarded", False)
+        ):
+            cls.execute = _guard(own)  # type: ignore[method-assign]
+
+
+def _guard(
+    execute: Callable[[Any, ActionAttempt], Awaitable[AdapterResult]],
+) -> Callable[[Any, ActionAttempt], Awaitable[AdapterResult]]:
+    @functools.wraps(execute)
+    async def guarded(self: ActionAdapter, attempt: ActionAttempt) -> AdapterResult:
+        if not _egress_allowed.get():
+            raise EgressViolation(
+                f"{type(self).__qualname__}.execute() was called outside the executor; enqueue "
+                "an action instead (outbox_core.enqueue) and let the executor carry it out"
+            )
+        return await execute(self, attempt)
+
+    guarded._outbox_guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def egress_token() -> contextvars.Token[bool]:
+    """For the executor only: allow execute() in the current context."""
+    return _egress_allowed.set(True)
+
+
+def egress_reset(token: contextvars.Token[bool]) -> None:
+    _egress_allowed.reset(token)

@@ -1,0 +1,165 @@
+"""One attempt at one action, as its adapter sees it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from psycopg import AsyncConnection
+
+from .errors import OutboxError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+
+class LeaseLost(OutboxError):
+    """The attempt's epoch moved on (another claim took the action, or it was erased): the
+    attempt's domain transaction was not committed."""
+
+
+class AttemptBackend(Protocol):
+    """What an attempt needs from its executor (implemented in ``outbox_core.executor``)."""
+
+    async def begin_write(self, action_id: int, epoch: int) -> bool: ...
+
+    def lease_transaction(
+        self, action_id: int, epoch: int
+    ) -> AsyncIteratorContext: ...
+
+
+class AsyncIteratorContext(Protocol):
+    async def __aenter__(self) -> AsyncConnection[Any]: ...
+
+    async def __aexit__(self, *exc: object) -> bool | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedAction:
+    """The action's fields as the claim returned them."""
+
+    id: int
+    kind: str
+    workspace_id: str | None
+    lane_key: str
+    idempotency_key: str
+    payload: dict[str, Any] | None
+    subject_account_id: str | None
+    attempt: int
+    max_attempts: int
+    epoch: int
+    expires_at: datetime | None
+    lease_until: datetime | None
+    write_started_at: datetime | None
+    created_at: datetime
+
+
+class WriteFence:
+    """``begin_write()`` just before each provider write."""
+
+    def __init__(self, attempt: ActionAttempt) -> None:
+        self._attempt = attempt
+
+    async def begin_write(self) -> bool:
+        """Mark that this attempt's write may reach the provider, in a short transaction of its
+        own. False when another claim took the action, an erasure deleted it, or less than the
+        fence margin (60 s) of the lease is left: then do not call the provider and return
+        ``Abandoned()``. It may be called more than once in an attempt (once per copy)."""
+        attempt = self._attempt
+        if attempt._in_transaction:
+            raise OutboxError(
+                "begin_write() inside attempt.transaction() would wait on its own row lock; "
+                "fence first, or after the transaction"
+            )
+        ok = await attempt._backend.begin_write(attempt.id, attempt.epoch)
+        if ok:
+            attempt.fenced = True
+        else:
+            attempt.refused = True
+        return ok
+
+
+class ActionAttempt:
+    """The claimed action, its epoch and attempt number, and the attempt's fence."""
+
+    def __init__(
+        self, claimed: ClaimedAction, backend: AttemptBackend, decoded: BaseModel | None
+    ) -> None:
+        self.action = claimed
+        self._backend = backend
+        self._decoded = decoded
+        self._in_transaction = False
+        self.fenced = False
+        """True once this attempt's begin_write() succeeded."""
+        self.refused = False
+        """True once this attempt's begin_write() was refused."""
+
+    @property
+    def id(self) -> int:
+        return self.action.id
+
+    @property
+    def kind(self) -> str:
+        return self.action.kind
+
+    @property
+    def epoch(self) -> int:
+        return self.action.epoch
+
+    @property
+    def number(self) -> int:
+        """1 for the first attempt; a Defer does not count."""
+        return self.action.attempt
+
+    @property
+    def is_last(self) -> bool:
+        return self.action.attempt >= self.action.max_attempts
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.action.payload or {}
+
+    @property
+    def body(self) -> BaseModel | None:
+        """The payload decoded as the kind's declared model (the tagged body for tagged
+        variants)."""
+        return self._decoded
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.action.idempotency_key
+
+    @property
+    def lane_key(self) -> str:
+        return self.action.lane_key
+
+    @property
+    def workspace_id(self) -> str | None:
+        return self.action.workspace_id
+
+    @property
+    def subject_account_id(self) -> str | None:
+        return self.action.subject_account_id
+
+    @property
+    def write_started(self) -> bool:
+        """An earlier attempt's write may have reached the provider: read back first."""
+        return self.action.write_started_at is not None
+
+    def fence(self) -> WriteFence:
+        return WriteFence(self)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A transaction for the adapter's own domain writes under this attempt's lease. It
+        raises :class:`LeaseLost` (and writes nothing) when the epoch moved on; while it is
+        open, no other claim can take the action."""
+        self._in_transaction = True
+        try:
+            async with self._backend.lease_transaction(self.id, self.epoch) as conn:
+                yield conn
+        finally:
+            self._in_transaction = False

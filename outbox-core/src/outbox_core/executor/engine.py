@@ -1,0 +1,617 @@
+"""The executor: claims lane heads, runs attempts, fences writes, writes endings.
+
+Leaderless: every replica runs the same loops, and every statement is safe when two replicas
+run it at once (SKIP LOCKED lane locks, epoch conditions, batched deletes). The only code
+that calls ``ActionAdapter.execute``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+from ..action import Action
+from ..adapter import ActionAdapter, egress_reset, egress_token
+from ..attempt import ActionAttempt, ClaimedAction, LeaseLost
+from ..errors import InvalidRequest
+from ..observability import BacklogSnapshot, Instruments, action_event, event
+from ..outbox import Outbox
+from ..registry import KindFilter, RegisteredKind
+from ..results import AdapterResult, Defer, Retry, StopReason
+from ..settings import OutboxSettings
+from ..states import ActionState
+from .batcher import Batcher
+from .outcomes import AttemptFacts, Ending, decide
+
+ATTEMPT_OPS = frozenset({"claim", "reclaim"})
+_END_EVENT = {
+    ActionState.DONE: "action.ended.done",
+    ActionState.UNCERTAIN: "action.ended.uncertain",
+    ActionState.FAILED: "action.ended.failed",
+    ActionState.CANCELLED: "action.ended.cancelled",
+}
+
+
+class _HookFailed(Exception):
+    pass
+
+
+class Executor:
+    """Carries out the actions of the kinds it serves (all registered kinds by default)."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        conninfo: str,
+        *,
+        settings: OutboxSettings | None = None,
+        kinds: Collection[str] | None = None,
+        adapters: Mapping[str, ActionAdapter] | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.conninfo = conninfo
+        self.settings = settings if settings is not None else outbox.settings
+        registry = outbox.registry
+        self.kinds = sorted(kinds) if kinds is not None else registry.kinds
+        self.entries: dict[str, RegisteredKind] = {kind: registry.get(kind) for kind in self.kinds}
+        self.filter: KindFilter = registry.filter(self.kinds)
+        self._adapters: dict[str, ActionAdapter] = dict(adapters or {})
+        self.queries = outbox.queries
+        self.instruments = Instruments(self.kinds)
+        self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self._fencer: Batcher[tuple[int, int], bool] = Batcher(self._flush_fences, name="outbox-fencer")
+        self._ender: Batcher[Ending, bool] = Batcher(self._flush_endings, name="outbox-ender")
+        self._running: set[asyncio.Task[None]] = set()
+        self._kind_slots: dict[str, asyncio.Semaphore] = {}
+        self._wake = asyncio.Event()
+        self._capacity = asyncio.Event()
+        self._relower: dict[str, datetime | None] = {}
+        self._relower_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._background: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.pool is None:
+            self.pool = AsyncConnectionPool(
+                self.conninfo,
+                min_size=self.settings.pool_size,
+                max_size=self.settings.pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name="outbox-executor",
+            )
+            await self.pool.open(wait=True, timeout=30)
+        for kind in self.kinds:
+            self.adapter(kind)
+
+    async def close(self) -> None:
+        await self._ender.close()
+        await self._fencer.close()
+        if self._relower_task is not None:
+            self._relower_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._relower_task
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+    async def __aenter__(self) -> Executor:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def adapter(self, kind: str) -> ActionAdapter:
+        adapter = self._adapters.get(kind)
+        if adapter is None:
+            adapter = self.entries[kind].adapter.build(self.settings)
+            self._adapters[kind] = adapter
+        return adapter
+
+    def _pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        if self.pool is None:
+            raise RuntimeError("the executor is not open: use `async with Executor(...)`")
+        return self.pool
+
+    # -- the loops -----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and run actions until ``stop`` is set; then stop claiming, let running attempts
+        finish within ``shutdown_seconds`` and leave the rest to their leases."""
+        await self.open()
+        self._stopping = False
+        loops = [
+            asyncio.create_task(self._listen(), name="outbox-listen"),
+            asyncio.create_task(self._claim_loop(), name="outbox-claim"),
+            asyncio.create_task(self._maintenance_loop(), name="outbox-maintenance"),
+        ]
+        event("executor.started", kinds=",".join(self.kinds), concurrency=self.settings.concurrency)
+        try:
+            stopper = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait([stopper, *loops], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            self._stopping = True
+            self._wake.set()
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            stopper.cancel()
+            left = await self._wait_running(self.settings.shutdown_seconds)
+            event("executor.stopped", left_to_leases=left)
+
+    async def _wait_running(self, seconds: float) -> int:
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=seconds)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            return len(pending)
+        return 0
+
+    async def _listen(self) -> None:
+        """LISTEN on a connection of its own (never the pool's) and wake the claim loop."""
+        channel = sql.SQL("LISTEN {}").format(sql.Identifier(self.outbox.channel))
+        backoff = 0.5
+        while not self._stopping:
+            try:
+                async with await AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+                    await conn.execute(channel)
+                    backoff = 0.5
+                    self._wake.set()
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except psycopg.OperationalError as exc:
+                event("executor.listen.lost", level=logging.WARNING, error=type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping:
+            free = self.settings.concurrency - len(self._running)
+            if free <= 0:
+                self._capacity.clear()
+                await self._capacity.wait()
+                continue
+            limit = min(free, self.settings.claim_batch)
+            self._wake.clear()
+            try:
+                rows, visited = await self._claim(limit)
+            except psycopg.OperationalError as exc:
+                event("executor.claim.failed", level=logging.WARNING, error=str(exc))
+                await asyncio.sleep(1.0 + random.random())
+                continue
+            self._dispatch(rows)
+            if visited >= limit:
+                continue
+            poll = self.settings.poll_seconds * random.uniform(0.8, 1.2)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _claim(self, limit: int) -> tuple[list[tuple[Any, ...]], int]:
+        params = {
+            "limit": limit,
+            "lease": self.settings.lease_seconds,
+            "kinds": self.filter.kinds,
+            "paths": self.filter.paths,
+            "suffixes": self.filter.suffixes,
+        }
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["claim"], params, prepare=True)
+            rows = await cursor.fetchall()
+        visited = 0
+        claimed = []
+        for row in rows:
+            if row[0] == "visited":
+                visited = int(row[1])
+            else:
+                claimed.append(row)
+        return claimed, visited
+
+    def _dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
+        started = []
+        for row in rows:
+            op = row[0]
+            claimed = _claimed(row)
+            if op in ATTEMPT_OPS:
+                self.instruments.claimed.add(1, {"kind": claimed.kind, "op": op})
+                action_event("action.claimed", claimed.id, claimed.kind, level=logging.DEBUG,
+                             epoch=claimed.epoch, attempt=claimed.attempt, op=op)
+                task = asyncio.create_task(self._attempt(claimed), name=f"outbox-attempt-{claimed.id}")
+            else:
+                task = asyncio.create_task(self._reap(op, row), name=f"outbox-reap-{claimed.id}")
+            self._running.add(task)
+            task.add_done_callback(self._finished)
+            started.append(task)
+        return started
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._capacity.set()
+        if not task.cancelled() and task.exception() is not None:
+            event("executor.task.failed", level=logging.ERROR, task=task.get_name(),
+                  error=repr(task.exception()))
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def _attempt(self, claimed: ClaimedAction) -> None:
+        entry = self.entries[claimed.kind]
+        adapter = self.adapter(claimed.kind)
+        try:
+            body = entry.variants.decode(claimed.payload, claimed.idempotency_key, kind=claimed.kind)
+        except InvalidRequest as exc:
+            # The path filter let it through, so the kind and its variant are known; a payload
+            # that still does not decode is not failed here (a newer build may own it).
+            action_event("action.undecodable", claimed.id, claimed.kind, level=logging.ERROR,
+                         error=str(exc))
+            await self._ender.submit(self._facts(claimed, adapter, fenced=False).defer(
+                timedelta(minutes=5)))
+            return
+        attempt = ActionAttempt(claimed, self, body)
+        slots = self._slots_for(claimed.kind, adapter)
+        started = time.perf_counter()
+        result: AdapterResult | BaseException
+        async with slots:
+            token = egress_token()
+            try:
+                timeout = max(self.settings.lease_seconds - 1.0, 1.0)
+                result = await asyncio.wait_for(adapter.execute(attempt), timeout)
+            except Exception as exc:
+                result = exc
+                action_event("action.attempt.raised", claimed.id, claimed.kind,
+                             level=logging.WARNING, error=type(exc).__name__,
+                             fenced=attempt.fenced)
+            finally:
+                egress_reset(token)
+        self.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
+        facts = self._facts(claimed, adapter, fenced=attempt.fenced)
+        ending = decide(facts, result)
+        result_name = ending.result if ending is not None else "Abandoned"
+        if isinstance(result, BaseException):
+            result_name = f"{result_name} (raised)"
+        self.instruments.attempts.add(1, {"kind": claimed.kind, "result": result_name})
+        if ending is None:
+            self.instruments.fence_refused.add(1, {"kind": claimed.kind})
+            action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
+            return
+        changed = await self._ender.submit(ending)
+        if not changed:
+            action_event("action.end.stale", claimed.id, claimed.kind, level=logging.WARNING,
+                         epoch=claimed.epoch, result=ending.result)
+
+    def _facts(self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool) -> _Facts:
+        return _Facts(
+            action_id=claimed.id,
+            kind=claimed.kind,
+            lane_key=claimed.lane_key,
+            epoch=claimed.epoch,
+            number=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            at_most_once=self.entries[claimed.kind].adapter.at_most_once,
+            fenced=fenced,
+            retry_base=adapter.retry_base,
+            retry_cap=adapter.retry_cap,
+            prior_write=claimed.write_started_at,
+        )
+
+    def _slots_for(self, kind: str, adapter: ActionAdapter) -> asyncio.Semaphore:
+        slots = self._kind_slots.get(kind)
+        if slots is None:
+            limit = self.settings.kind_concurrency.get(kind) or adapter.max_concurrency
+            slots = asyncio.Semaphore(limit or self.settings.concurrency)
+            self._kind_slots[kind] = slots
+        return slots
+
+    async def _reap(self, op: str, row: tuple[Any, ...]) -> None:
+        """End an action the claim found past its lease or its expiry."""
+        claimed = _claimed(row)
+        state = ActionState(row[8])
+        match op:
+            case "reap_lost":
+                target, reason = ActionState.UNCERTAIN, StopReason.LEASE_LOST_AFTER_WRITE
+            case "reap_exhausted" if claimed.write_started_at is not None:
+                target, reason = ActionState.UNCERTAIN, StopReason.ATTEMPTS_EXHAUSTED
+            case "reap_exhausted":
+                target, reason = ActionState.FAILED, StopReason.ATTEMPTS_EXHAUSTED
+            case "expire":
+                target, reason = ActionState.CANCELLED, StopReason.EXPIRED
+            case _:
+                raise AssertionError(op)
+        ending = Ending(claimed.id, claimed.kind, claimed.lane_key, claimed.epoch, state, target,
+                        result=op, stop_reason=reason)
+        await self._ender.submit(ending)
+
+    # -- the write fence -----------------------------------------------------------------------
+
+    async def begin_write(self, action_id: int, epoch: int) -> bool:
+        return await self._fencer.submit((action_id, epoch))
+
+    async def _flush_fences(self, requests: Sequence[tuple[int, int]]) -> list[bool]:
+        params = {
+            "ids": [action_id for action_id, _ in requests],
+            "epochs": [epoch for _, epoch in requests],
+            "margin": self.settings.fence_margin_seconds,
+        }
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["begin_write"], params, prepare=True)
+            passed = {row[0] for row in await cursor.fetchall()}
+        return [action_id in passed for action_id, _ in requests]
+
+    @asynccontextmanager
+    async def lease_transaction(self, action_id: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
+        async with self._pool().connection() as conn, conn.transaction():
+            cursor = await conn.execute(self.queries["hold_lease"], {"id": action_id, "epoch": epoch})
+            if await cursor.fetchone() is None:
+                raise LeaseLost(
+                    f"action {action_id}: epoch {epoch} no longer holds it; nothing was written"
+                )
+            yield conn
+
+    # -- endings -------------------------------------------------------------------------------
+
+    async def _flush_endings(self, endings: Sequence[Ending]) -> list[bool]:
+        try:
+            changed = await self._write_endings(endings)
+        except _HookFailed:
+            if len(endings) == 1:
+                return [False]
+            answers = []
+            for ending in endings:
+                try:
+                    answers.extend(await self._write_endings([ending]))
+                except _HookFailed:
+                    answers.append(False)
+            return answers
+        return changed
+
+    async def _write_endings(self, endings: Sequence[Ending]) -> list[bool]:
+        params = _ending_params(endings)
+        by_id = {ending.action_id: ending for ending in endings}
+        async with self._pool().connection() as conn:
+            async with conn.transaction():
+                cursor = await conn.execute(self.queries["end_actions"], params, prepare=True)
+                actions = [Action.from_row(row) for row in await cursor.fetchall()]
+                await self._hooks(conn, actions, by_id)
+                lanes = {}
+                for action in actions:
+                    if action.state.ended:
+                        at = None
+                    elif action.state is ActionState.ADMITTED:
+                        at = action.due_at
+                    else:
+                        at = action.lease_until
+                    previous = lanes.get(action.lane_key, at)
+                    lanes[action.lane_key] = at if previous is None or at is None else min(at, previous)
+                missed = await self._lower(conn, lanes)
+        for action in actions:
+            self._report_ending(action, by_id[action.id])
+        if missed:
+            self._relower.update(missed)
+            self._schedule_relower()
+        if actions:
+            self._wake.set()
+        changed = {action.id for action in actions}
+        return [ending.action_id in changed for ending in endings]
+
+    async def _hooks(
+        self, conn: AsyncConnection[Any], actions: Sequence[Action], by_id: Mapping[int, Ending]
+    ) -> None:
+        for action in actions:
+            adapter = self._adapters.get(action.kind) or self.adapter(action.kind)
+            ending = by_id[action.id]
+            try:
+                if action.state.ended:
+                    if type(adapter).ended is not ActionAdapter.ended:
+                        await adapter.ended(conn, action)
+                elif ending.result in ("Retry", "Defer") and (
+                    type(adapter).rescheduled is not ActionAdapter.rescheduled
+                ):
+                    hint: Retry | Defer = (
+                        Defer(ending.delay or timedelta(0), ending.event)
+                        if ending.result == "Defer" else Retry(ending.delay)
+                    )
+                    await adapter.rescheduled(conn, action, hint)
+            except Exception as exc:
+                action_event("action.ended.hook_failed", action.id, action.kind,
+                             level=logging.ERROR, error=repr(exc), state=str(action.state))
+                raise _HookFailed from exc
+
+    async def _lower(
+        self, conn: AsyncConnection[Any], lanes: Mapping[str, datetime | None]
+    ) -> dict[str, datetime | None]:
+        """Lower the lanes' next look; return the ones another transaction held."""
+        if not lanes:
+            return {}
+        keys = sorted(lanes)
+        cursor = await conn.execute(
+            self.queries["lower_lanes"], {"lanes": keys, "at": [lanes[key] for key in keys]},
+            prepare=True,
+        )
+        done = {row[0] for row in await cursor.fetchall()}
+        return {key: lanes[key] for key in keys if key not in done}
+
+    def _schedule_relower(self) -> None:
+        if self._relower_task is None or self._relower_task.done():
+            self._relower_task = asyncio.create_task(self._relower_loop(), name="outbox-relower")
+
+    async def _relower_loop(self) -> None:
+        delay = 0.005
+        while self._relower:
+            await asyncio.sleep(delay)
+            wanted, self._relower = self._relower, {}
+            async with self._pool().connection() as conn:
+                missed = await self._lower(conn, wanted)
+            for key, at in missed.items():
+                self._relower.setdefault(key, at)
+            if len(missed) < len(wanted):
+                self._wake.set()
+            delay = min(delay * 2, 1.0)
+
+    def _report_ending(self, action: Action, ending: Ending) -> None:
+        if action.state.ended:
+            self.instruments.ended.add(1, {
+                "kind": action.kind, "state": str(action.state),
+                "stop_reason": action.stop_reason or "",
+            })
+            level = logging.WARNING if action.state is ActionState.UNCERTAIN else logging.INFO
+            action_event(_END_EVENT[action.state], action.id, action.kind, level=level,
+                         stop_reason=action.stop_reason, attempt=action.attempt)
+        else:
+            action_event(f"action.{ending.result.lower()}", action.id, action.kind,
+                         level=logging.DEBUG, state=str(action.state), attempt=action.attempt)
+
+    # -- run_now, drain and maintenance --------------------------------------------------------
+
+    async def run_now(self, action_id: int) -> Action | None:
+        """Claim and carry out one admitted lane head at once, fenced like any other claim.
+        None when the action is not a claimable head (another replica may hold it)."""
+        await self.open()
+        params = {
+            "id": action_id,
+            "lease": self.settings.lease_seconds,
+            "kinds": self.filter.kinds,
+            "paths": self.filter.paths,
+            "suffixes": self.filter.suffixes,
+        }
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["claim_action"], params)
+            rows = await cursor.fetchall()
+        tasks = self._dispatch([row for row in rows if row[0] != "visited"])
+        if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
+            await asyncio.gather(*tasks)
+            return None
+        await asyncio.gather(*tasks)
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["action_by_id"], {"id": action_id})
+            row = await cursor.fetchone()
+        return None if row is None else Action.from_row(row)
+
+    async def drain(self, *, timeout: float = 60.0) -> int:
+        """Make every waiting action due, then run until no action is due. Returns the number
+        of attempts and endings run. For tests: the scheduler is off there."""
+        await self.open()
+        deadline = time.monotonic() + timeout
+        async with self._pool().connection() as conn:
+            await conn.execute(self.queries["make_due"])
+        await self.sweep_expired()
+        ran = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"drain() did not finish within {timeout} s")
+            rows, visited = await self._claim(self.settings.claim_batch)
+            tasks = self._dispatch(rows)
+            ran += len(tasks)
+            await asyncio.gather(*tasks)
+            while self._relower:
+                await asyncio.sleep(0.01)
+            if not rows and visited == 0:
+                return ran
+
+    async def sweep_expired(self) -> int:
+        """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""
+        params = {"limit": 500, **self._filter_params()}
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["expired_actions"], params)
+            rows = await cursor.fetchall()
+        endings = [
+            Ending(action_id, kind, lane_key, epoch, ActionState.ADMITTED, ActionState.CANCELLED,
+                   result="expire", stop_reason=StopReason.EXPIRED)
+            for action_id, kind, lane_key, epoch in rows
+        ]
+        answers = await asyncio.gather(*(self._ender.submit(ending) for ending in endings))
+        return sum(answers)
+
+    async def sweep_retention(self) -> int:
+        """Delete ended actions older than the retention, of the kinds that keep it."""
+        kinds = [kind for kind, entry in self.entries.items() if entry.adapter.retained]
+        keep = self.settings.retention_days * 86400.0
+        deleted = 0
+        async with self._pool().connection() as conn:
+            for _ in range(100):
+                cursor = await conn.execute(self.queries["retention_delete"], {"keep": keep, "kinds": kinds})
+                deleted += cursor.rowcount
+                if cursor.rowcount < 1000:
+                    break
+        if deleted:
+            event("retention.deleted", count=deleted)
+        return deleted
+
+    async def sample_backlog(self) -> BacklogSnapshot:
+        snapshot = BacklogSnapshot()
+        params = self._filter_params()
+        async with self._pool().connection() as conn:
+            cursor = await conn.execute(self.queries["backlog"], params)
+            for kind, due, executing, oldest in await cursor.fetchall():
+                snapshot.due[kind] = due
+                snapshot.executing[kind] = executing
+                snapshot.oldest_due_age[kind] = oldest
+            cursor = await conn.execute(self.queries["uncertain_counts"], {"kinds": self.kinds})
+            snapshot.uncertain.update(dict(await cursor.fetchall()))
+            cursor = await conn.execute(self.queries["blocked_lanes"], {**params, "limit": 100_000})
+            for row in await cursor.fetchall():
+                snapshot.lanes_blocked[row[0]] = snapshot.lanes_blocked.get(row[0], 0) + 1
+        self.instruments.publish(snapshot)
+        return snapshot
+
+    def _filter_params(self) -> dict[str, Any]:
+        return {"kinds": self.filter.kinds, "paths": self.filter.paths,
+                "suffixes": self.filter.suffixes}
+
+    async def _maintenance_loop(self) -> None:
+        period = self.settings.maintenance_seconds
+        await asyncio.sleep(random.uniform(0, period))
+        while not self._stopping:
+            for step in (self.sweep_expired, self.sweep_retention, self.sample_backlog):
+                try:
+                    await step()
+                except psycopg.Error as exc:
+                    event("executor.maintenance.failed", level=logging.WARNING,
+                          step=step.__name__, error=str(exc))
+            await asyncio.sleep(period * random.uniform(0.8, 1.2))
+
+
+class _Facts(AttemptFacts):
+    def defer(self, after: timedelta) -> Ending:
+        ending = decide(self, Defer(after))
+        assert ending is not None
+        return ending
+
+
+def _claimed(row: tuple[Any, ...]) -> ClaimedAction:
+    # row: op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
+    #      state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at,
+    #      created_at
+    return ClaimedAction(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[9],
+                         row[10], row[11], row[12], row[13], row[14], row[15])
+
+
+def _ending_params(endings: Sequence[Ending]) -> dict[str, list[Any]]:
+    return {
+        "ids": [e.action_id for e in endings],
+        "epochs": [e.epoch for e in endings],
+        "from_states": [str(e.from_state) for e in endings],
+        "states": [str(e.state) for e in endings],
+        "stop_reasons": [e.stop_reason for e in endings],
+        "readback_refs": [e.readback_ref for e in endings],
+        "delays": [e.delay.total_seconds() if e.delay is not None else 0.0 for e in endings],
+        "fences": [e.fence for e in endings],
+        "prior_writes": [e.prior_write for e in endings],
+        "uncounts": [e.uncount for e in endings],
+        "results": [e.result for e in endings],
+    }
+

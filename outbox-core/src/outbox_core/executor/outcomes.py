@@ -1,0 +1,141 @@
+"""From an adapter's result (or exception) to the write that ends or reschedules the action.
+
+The specification's table "What an adapter returns", as one function. Pure: the tests run
+every row of the table through :func:`decide` and through the live executor.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from ..results import (
+    Abandoned,
+    AdapterResult,
+    Cancelled,
+    Defer,
+    Done,
+    Failed,
+    Reread,
+    Retry,
+    StopReason,
+    Uncertain,
+)
+from ..states import ActionState
+
+FencePolicy = Literal["keep", "clear", "restore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One conditional write on the action: applied only while the action is still in
+    ``from_state`` at ``epoch`` (a write naming an older epoch changes nothing)."""
+
+    action_id: int
+    kind: str
+    lane_key: str
+    epoch: int
+    from_state: ActionState
+    state: ActionState
+    result: str
+    stop_reason: str | None = None
+    readback_ref: str | None = None
+    delay: timedelta | None = None
+    fence: FencePolicy = "keep"
+    uncount: int = 0
+    event: str | None = None
+    prior_write: datetime | None = None
+
+    @property
+    def ends(self) -> bool:
+        return self.state.ended
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFacts:
+    """What decide() needs to know about the attempt."""
+
+    action_id: int
+    kind: str
+    lane_key: str
+    epoch: int
+    number: int
+    max_attempts: int
+    at_most_once: bool
+    fenced: bool
+    retry_base: timedelta
+    retry_cap: timedelta
+    prior_write: datetime | None = None
+
+    @property
+    def is_last(self) -> bool:
+        return self.number >= self.max_attempts
+
+
+def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
+    """Exponential backoff with full jitter: a random wait in [base/2, min(cap, base*2^(n-1))]."""
+    ceiling = min(cap.total_seconds(), base.total_seconds() * (2 ** max(number - 1, 0)))
+    floor = min(base.total_seconds() / 2, ceiling)
+    return timedelta(seconds=random.uniform(floor, ceiling))  # noqa: S311
+
+
+def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending | None:
+    """The write for this result; None for Abandoned (another holder owns the action)."""
+    if isinstance(result, BaseException):
+        result = exception_result(facts)
+    ending = functools.partial(
+        Ending, facts.action_id, facts.kind, facts.lane_key, facts.epoch, ActionState.EXECUTING
+    )
+    match result:
+        case Done(readback_ref=ref):
+            return ending(ActionState.DONE, "Done", stop_reason=StopReason.COMPLETED, readback_ref=ref)
+        case Retry(after=after):
+            if facts.is_last:
+                return ending(
+                    ActionState.FAILED, "Retry", stop_reason=StopReason.ATTEMPTS_EXHAUSTED
+                )
+            wait = after if after is not None else backoff(facts.number, facts.retry_base, facts.retry_cap)
+            return ending(ActionState.ADMITTED, "Retry", delay=wait, fence="clear")
+        case Defer(after=after, event=event):
+            return ending(
+                ActionState.ADMITTED,
+                "Defer",
+                delay=after,
+                fence="restore",
+                uncount=1,
+                event=event,
+                prior_write=facts.prior_write,
+            )
+        case Reread(after=after):
+            if facts.at_most_once:
+                # A kind that cannot read back has nothing to reread: the effect may exist.
+                return ending(
+                    ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.WRITE_UNCONFIRMED
+                )
+            if facts.is_last:
+                return ending(
+                    ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.ATTEMPTS_EXHAUSTED
+                )
+            return ending(ActionState.EXECUTING, "Reread", delay=after)
+        case Uncertain(reason=reason):
+            return ending(ActionState.UNCERTAIN, "Uncertain", stop_reason=reason)
+        case Failed(reason=reason):
+            return ending(ActionState.FAILED, "Failed", stop_reason=reason)
+        case Cancelled(reason=reason):
+            return ending(ActionState.CANCELLED, "Cancelled", stop_reason=reason)
+        case Abandoned():
+            return None
+    raise TypeError(f"an adapter returned {result!r}, which is not an AdapterResult")
+
+
+def exception_result(facts: AttemptFacts) -> AdapterResult:
+    """An exception counts as Retry before the fence; after it, Reread for a kind that reads
+    back and Uncertain for an at-most-once kind."""
+    if not facts.fenced:
+        return Retry()
+    if facts.at_most_once:
+        return Uncertain(StopReason.WRITE_UNCONFIRMED)
+    return Reread()

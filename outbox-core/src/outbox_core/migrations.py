@@ -1,0 +1,229 @@
+"""Migrations in lines: one line per package, numbered ``.sql`` files inside the package.
+
+Applied versions are tracked in ``<schema>.schema_migration`` keyed by (line, version) with a
+checksum. ``core`` always goes first. A PostgreSQL advisory lock serialises migrators, so two
+replicas that start at once apply each file exactly once. Each file runs in its own
+transaction together with its tracking row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from .errors import MigrationError
+from .sqlfiles import quote_schema, render
+
+CORE_LINE = "core"
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_LINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationLine:
+    """A package's migrations: the ``.sql`` files in ``package``/``directory``."""
+
+    name: str
+    package: str
+    directory: str = "migrations"
+    distribution: str = "(application)"
+
+    def __post_init__(self) -> None:
+        if not _LINE_NAME.match(self.name):
+            raise MigrationError(
+                f"migration line {self.name!r}: use a short lower-case name such as 'email'"
+            )
+
+    def files(self) -> list[Migration]:
+        folder = resources.files(self.package).joinpath(self.directory)
+        found: list[Migration] = []
+        for entry in folder.iterdir():
+            if not entry.name.endswith(".sql"):
+                continue
+            match = _FILE.match(entry.name)
+            if match is None:
+                raise MigrationError(
+                    f"{self.package}/{self.directory}/{entry.name}: migration files are named "
+                    "NNNN_name.sql (four digits, lower-case name)"
+                )
+            text = entry.read_text("utf-8")
+            found.append(Migration(self.name, int(match.group(1)), match.group(2), text))
+        found.sort(key=lambda migration: migration.version)
+        versions = [migration.version for migration in found]
+        if versions != list(range(1, len(found) + 1)):
+            raise MigrationError(
+                f"migration line {self.name}: versions must run 1, 2, 3 ... without gaps; "
+                f"found {versions}"
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    line: str
+    version: int
+    name: str
+    text: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def label(self) -> str:
+        return f"{self.line}/{self.version:04d}_{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    line: str
+    version: int
+    name: str
+    checksum: str
+
+
+def core_line() -> MigrationLine:
+    return MigrationLine(CORE_LINE, "outbox_core", "sql/migrations/core", "outbox-core")
+
+
+def ordered(lines: Iterable[MigrationLine]) -> list[MigrationLine]:
+    """Core first, then the others by name; a line name used twice is an error."""
+    by_name: dict[str, MigrationLine] = {}
+    for line in lines:
+        other = by_name.get(line.name)
+        if other is not None and other != line:
+            raise MigrationError(
+                f"migration line {line.name!r} is registered twice: by {other.distribution} "
+                f"({other.package}) and by {line.distribution} ({line.package})"
+            )
+        by_name[line.name] = line
+    by_name.setdefault(CORE_LINE, core_line())
+    rest = sorted(name for name in by_name if name != CORE_LINE)
+    return [by_name[CORE_LINE], *(by_name[name] for name in rest)]
+
+
+def _tracking_ddl(schema: str) -> str:
+    quoted = quote_schema(schema)
+    return (
+        f"CREATE SCHEMA IF NOT EXISTS {quoted};\n"
+        f"CREATE TABLE IF NOT EXISTS {quoted}.schema_migration (\n"
+        "    line text NOT NULL,\n"
+        "    version integer NOT NULL,\n"
+        "    name text NOT NULL,\n"
+        "    checksum text NOT NULL,\n"
+        "    applied_at timestamptz NOT NULL DEFAULT now(),\n"
+        "    PRIMARY KEY (line, version)\n"
+        ");"
+    )
+
+
+def _lock_key(schema: str) -> int:
+    digest = hashlib.sha256(f"outbox.migrate:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def applied(conn: psycopg.Connection[Any], schema: str) -> dict[tuple[str, int], AppliedMigration]:
+    """What the database says it has applied ({} when outbox was never migrated there)."""
+    row = conn.execute(
+        "SELECT to_regclass(%s)", (f"{quote_schema(schema)}.schema_migration",)
+    ).fetchone()
+    if row is None or row[0] is None:
+        return {}
+    query = sql.SQL("SELECT line, version, name, checksum FROM {}.schema_migration").format(
+        sql.Identifier(schema)
+    )
+    return {
+        (line, version): AppliedMigration(line, version, name, checksum)
+        for line, version, name, checksum in conn.execute(query)
+    }
+
+
+def plan(
+    lines: Sequence[MigrationLine], done: dict[tuple[str, int], AppliedMigration]
+) -> list[Migration]:
+    """The migrations still to apply, in order. A changed applied file is an error."""
+    pending: list[Migration] = []
+    for line in ordered(lines):
+        for migration in line.files():
+            was = done.get((migration.line, migration.version))
+            if was is None:
+                pending.append(migration)
+            elif was.checksum != migration.checksum:
+                raise MigrationError(
+                    f"{migration.label} was changed after it was applied (checksum "
+                    f"{was.checksum[:12]} in the database, {migration.checksum[:12]} here); "
+                    "ship the change as a new numbered file instead"
+                )
+    return pending
+
+
+def migrate(
+    conn: psycopg.Connection[Any], schema: str, lines: Sequence[MigrationLine]
+) -> list[Migration]:
+    """Apply what is pending, under the schema's advisory lock. Returns what was applied.
+
+    ``conn`` must be in autocommit mode; it is used for the lock and one transaction per file.
+    A line other than ``core`` never applies before every core file is in.
+    """
+    if not conn.autocommit:
+        raise MigrationError("migrate() needs a connection in autocommit mode")
+    key = _lock_key(schema)
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        conn.execute(_tracking_ddl(schema))
+        pending = plan(lines, applied(conn, schema))
+        core_files = {m.version for m in core_line().files()}
+        for migration in pending:
+            if migration.line != CORE_LINE:
+                have = {v for (line, v) in applied(conn, schema) if line == CORE_LINE}
+                if not core_files <= have:
+                    raise MigrationError(
+                        f"{migration.label} needs the core line applied first"
+                    )
+            _apply(conn, schema, migration)
+        return pending
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _apply(conn: psycopg.Connection[Any], schema: str, migration: Migration) -> None:
+    try:
+        with conn.transaction():
+            conn.execute(render(migration.text, schema).encode("utf-8"))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.schema_migration (line, version, name, checksum) "
+                    "VALUES (%s, %s, %s, %s)"
+                ).format(sql.Identifier(schema)),
+                (migration.line, migration.version, migration.name, migration.checksum),
+            )
+    except psycopg.Error as exc:
+        raise MigrationError(f"{migration.label} failed: {exc}") from exc
+
+
+def script(schema: str, migrations: Sequence[Migration]) -> str:
+    """The SQL of ``migrations`` for teams that apply it with their own tool: each file in a
+    transaction with the row that tells ``outbox migrate`` it is applied."""
+    quoted = quote_schema(schema)
+    parts = [
+        "-- outbox migrations for schema " + quoted,
+        "SELECT pg_advisory_lock(" + str(_lock_key(schema)) + ");",
+        _tracking_ddl(schema),
+    ]
+    for migration in migrations:
+        parts.append(f"\n-- {migration.label}\nBEGIN;")
+        parts.append(render(migration.text, schema).strip())
+        parts.append(
+            f"INSERT INTO {quoted}.schema_migration (line, version, name, checksum) VALUES "
+            f"('{migration.line}', {migration.version}, '{migration.name}', "
+            f"'{migration.checksum}');\nCOMMIT;"
+        )
+    parts.append("SELECT pg_advisory_unlock(" + str(_lock_key(schema)) + ");")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,108 @@
+"""Metrics (OpenTelemetry API: no-ops until the application configures an SDK) and log events.
+
+Every series is labelled by ``kind``, so a new kind gets its series without a change here.
+Log events have stable dotted names and carry ``action.id`` and ``action.kind``, never the
+payload. ``docs/metrics.md`` and ``docs/log-records.md`` list them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+logger = logging.getLogger("outbox")
+
+METER_NAME = "outbox"
+
+
+def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """Log the event ``name`` with its fields as record attributes (``extra``)."""
+    if logger.isEnabledFor(level):
+        details = " ".join(f"{key}={value}" for key, value in fields.items())
+        logger.log(
+            level,
+            "%s %s",
+            name,
+            details,
+            extra={"event": name, **{key.replace("_", "."): value for key, value in fields.items()}},
+        )
+
+
+def action_event(
+    name: str, action_id: int, kind: str, *, level: int = logging.INFO, **fields: Any
+) -> None:
+    """An event about one action: ``action.id`` and ``action.kind`` always, never the payload."""
+    if logger.isEnabledFor(level):
+        extra = {"event": name, "action.id": action_id, "action.kind": kind}
+        extra.update({f"action.{key}": value for key, value in fields.items()})
+        details = "".join(f" {key}={value}" for key, value in fields.items())
+        logger.log(level, "%s action.id=%s action.kind=%s%s", name, action_id, kind, details,
+                   extra=extra)
+
+
+@dataclass
+class BacklogSnapshot:
+    """The last sample of the backlog, read by the observable gauges."""
+
+    due: dict[str, int] = field(default_factory=dict)
+    executing: dict[str, int] = field(default_factory=dict)
+    oldest_due_age: dict[str, float] = field(default_factory=dict)
+    uncertain: dict[str, int] = field(default_factory=dict)
+    lanes_blocked: dict[str, int] = field(default_factory=dict)
+
+
+class Instruments:
+    """The executor's instruments. One per executor; the meter is the global provider's."""
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        meter = metrics.get_meter(METER_NAME)
+        self.kinds = sorted(kinds)
+        self.snapshot = BacklogSnapshot()
+        self._lock = threading.Lock()
+        self.attempts = meter.create_counter(
+            "action.attempts", unit="{attempt}",
+            description="Attempts that ran, by kind and result (Done, Retry, Defer, ...)",
+        )
+        self.ended = meter.create_counter(
+            "action.ended", unit="{action}",
+            description="Actions that ended, by kind, state and stop reason",
+        )
+        self.claimed = meter.create_counter(
+            "action.claimed", unit="{action}", description="Claims, by kind and op (claim, reclaim)"
+        )
+        self.fence_refused = meter.create_counter(
+            "action.fence.refused", unit="{attempt}", description="begin_write() refusals by kind"
+        )
+        self.duration = meter.create_histogram(
+            "action.attempt.duration", unit="s", description="Time an attempt's execute() took"
+        )
+        for name, attribute, description in (
+            ("action.backlog.due", "due", "Admitted actions that are due, by kind"),
+            ("action.backlog.executing", "executing", "Executing actions, by kind"),
+            ("action.backlog.oldest_due_age", "oldest_due_age",
+             "Seconds the oldest due action has waited, by kind"),
+            ("action.backlog.uncertain", "uncertain", "Actions that ended UNCERTAIN, by kind"),
+            ("action.lanes.blocked", "lanes_blocked",
+             "Lanes whose head waits with actions behind it, by head kind"),
+        ):
+            meter.create_observable_gauge(
+                name, callbacks=[self._observer(attribute)], description=description
+            )
+
+    def _observer(self, attribute: str):  # type: ignore[no-untyped-def]
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            with self._lock:
+                values: dict[str, float] = dict(getattr(self.snapshot, attribute))
+            return [Observation(values.get(kind, 0), {"kind": kind}) for kind in self.kinds]
+
+        return observe
+
+    def publish(self, snapshot: BacklogSnapshot) -> None:
+        with self._lock:
+            self.snapshot = snapshot

@@ -1,0 +1,231 @@
+"""The plugin host: finds plugins by entry point, calls their hooks, validates what they
+register.
+
+No plugin manager exists at import time: :func:`make_plugin_manager` builds one and
+:func:`load_plugins` (idempotent, cached per environment) loads the installed plugins.
+``OUTBOX_DISABLE_PLUGINS`` (comma-separated names) blocks plugins on purpose;
+``OUTBOX_PLUGINS``, when set, is an allowlist. A name is the entry point name (``email``) or
+the distribution name (``outbox-email``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .adapter import ActionAdapter
+from .erasure import PersonDataCatalog
+from .errors import PluginLoadError, RegistrationError
+from .migrations import MigrationLine, core_line, ordered
+from .registry import KindRegistry
+
+ENTRY_POINT_GROUP = "outbox_core.plugins"
+DISABLE_VARIABLE = "OUTBOX_DISABLE_PLUGINS"
+ALLOW_VARIABLE = "OUTBOX_PLUGINS"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    name: str
+    distribution: str
+    version: str
+    module: str
+
+
+@dataclass
+class PluginHost:
+    """What the loaded plugins registered."""
+
+    pluginmanager: pluggy.PluginManager
+    plugins: list[PluginInfo] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    registry: KindRegistry = field(default_factory=KindRegistry)
+    migration_lines: list[MigrationLine] = field(default_factory=list)
+    person_data: list[PersonDataCatalog] = field(default_factory=list)
+    kind_owner: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hook(self) -> Any:
+        return self.pluginmanager.hook
+
+    def describe(self) -> list[dict[str, Any]]:
+        """For ``outbox plugins``: one entry per plugin with its kinds and lines."""
+        out = []
+        for info in [PluginInfo("core", "outbox-core", _version("outbox-core"), "outbox_core"),
+                     *self.plugins]:
+            kinds = [
+                entry.describe() for entry in self.registry
+                if entry.distribution == info.distribution
+            ]
+            lines = [line.name for line in self.migration_lines
+                     if line.distribution == info.distribution]
+            out.append({
+                "name": info.name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "module": info.module,
+                "kinds": kinds,
+                "migration_lines": lines,
+            })
+        return out
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _names(variable: str) -> set[str] | None:
+    raw = os.environ.get(variable)
+    if raw is None:
+        return None
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def build_host(
+    extra_plugins: Iterable[tuple[str, ModuleType | object]] = (),
+    *,
+    use_entry_points: bool = True,
+) -> PluginHost:
+    """Load the installed plugins (and ``extra_plugins``: (name, module or object) pairs,
+    for applications and tests) and collect what they register."""
+    pm = make_plugin_manager()
+    host = PluginHost(pluginmanager=pm)
+    disabled = _names(DISABLE_VARIABLE) or set()
+    allowed = _names(ALLOW_VARIABLE)
+    loaded: list[tuple[PluginInfo, object]] = []
+    for ep in _entry_points() if use_entry_points else []:
+        dist = ep.dist.name if ep.dist is not None else "(unknown)"
+        version = ep.dist.version if ep.dist is not None else "unknown"
+        names = {ep.name, dist}
+        if names & disabled or (allowed is not None and not names & allowed):
+            host.blocked.append(ep.name)
+            continue
+        try:
+            module = ep.load()
+        except Exception as exc:
+            raise PluginLoadError(
+                f"plugin {ep.name!r} from {dist} {version} failed to load ({ep.value}): "
+                f"{type(exc).__name__}: {exc}. Fix or uninstall it, or start without it with "
+                f"{DISABLE_VARIABLE}={ep.name}"
+            ) from exc
+        loaded.append((PluginInfo(ep.name, dist, version, ep.value), module))
+    for name, module in extra_plugins:
+        module_name = getattr(module, "__name__", type(module).__name__)
+        loaded.append((PluginInfo(name, name, "", module_name), module))
+
+    for info, module in loaded:
+        try:
+            pm.register(module, name=info.name)
+        except Exception as exc:
+            raise PluginLoadError(
+                f"plugin {info.name!r} from {info.distribution} {info.version}: {exc}"
+            ) from exc
+        host.plugins.append(info)
+
+    by_module = {info.name: info for info, _ in loaded}
+
+    def who(impl: pluggy.HookImpl) -> PluginInfo:
+        return by_module.get(impl.plugin_name, PluginInfo(impl.plugin_name, "(unknown)", "", ""))
+
+    _call_each(pm.hook.outbox_add_hookspecs, who, lambda _info: {"pluginmanager": pm})
+
+    lines: list[MigrationLine] = [core_line()]
+
+    def kinds_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+        def register(adapter: type[ActionAdapter]) -> None:
+            entry = host.registry.register(
+                adapter, distribution=info.distribution, version=info.version
+            )
+            host.kind_owner[entry.kind] = info.distribution
+
+        return {"register": register}
+
+    def lines_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+        def register(line: MigrationLine) -> None:
+            if not isinstance(line, MigrationLine):
+                raise RegistrationError(f"register() takes a MigrationLine, got {line!r}")
+            if line.distribution == "(application)":
+                line = MigrationLine(line.name, line.package, line.directory, info.distribution)
+            lines.append(line)
+
+        return {"register": register}
+
+    def person_data_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+        def register(catalog: PersonDataCatalog) -> None:
+            if not isinstance(catalog, PersonDataCatalog):
+                raise RegistrationError(
+                    f"{info.distribution}: a person-data catalog has `name` and "
+                    f"`async erase(conn, subject_account_id)`; got {catalog!r}"
+                )
+            host.person_data.append(catalog)
+
+        return {"register": register}
+
+    _call_each(pm.hook.outbox_register_kinds, who, kinds_for)
+    _call_each(pm.hook.outbox_register_migrations, who, lines_for)
+    _call_each(pm.hook.outbox_register_person_data, who, person_data_for)
+    host.migration_lines = ordered(lines)
+    return host
+
+
+def _call_each(
+    hook: Any,
+    who: Callable[[pluggy.HookImpl], PluginInfo],
+    kwargs_for: Callable[[PluginInfo], dict[str, Any]],
+) -> None:
+    """Call one hook plugin by plugin, so a failure names the plugin that failed."""
+    for impl in reversed(hook.get_hookimpls()):
+        info = who(impl)
+        try:
+            kwargs = kwargs_for(info)
+            impl.function(**{name: kwargs[name] for name in impl.argnames if name in kwargs})
+        except (RegistrationError, PluginLoadError) as exc:
+            raise type(exc)(f"plugin {info.name!r} ({info.distribution} {info.version}): {exc}") from exc
+        except Exception as exc:
+            raise PluginLoadError(
+                f"plugin {info.name!r} from {info.distribution} {info.version} failed in "
+                f"{hook.name}: {type(exc).__name__}: {exc}. Start without it with "
+                f"{DISABLE_VARIABLE}={info.name}"
+            ) from exc
+
+
+_lock = threading.Lock()
+_cache: dict[tuple[str | None, str | None], PluginHost] = {}
+
+
+def load_plugins() -> PluginHost:
+    """The installed plugins, loaded once per process and per value of the two variables."""
+    key = (os.environ.get(DISABLE_VARIABLE), os.environ.get(ALLOW_VARIABLE))
+    with _lock:
+        host = _cache.get(key)
+        if host is None:
+            host = build_host()
+            _cache[key] = host
+        return host
+
+
+def forget_loaded_plugins() -> None:
+    """Drop the cache (tests that install or block plugins call this)."""
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,140 @@
+"""Configuration: ``OUTBOX_*`` environment variables, optionally a TOML file.
+
+``OUTBOX_CONFIG`` names the TOML file (its ``[outbox]`` table holds the same keys as the
+environment variables, lower-case, without the prefix). Environment variables win over the
+file. Secrets are ``SecretStr`` and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from .sqlfiles import SCHEMA_NAME
+
+
+def config_file_table(section: str = "outbox") -> dict[str, Any]:
+    """The ``[section]`` table of the file that ``OUTBOX_CONFIG`` names ({} when unset)."""
+    path = os.environ.get("OUTBOX_CONFIG")
+    if not path:
+        return {}
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text("utf-8"))
+    except FileNotFoundError:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"OUTBOX_CONFIG={path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"OUTBOX_CONFIG={path}: not valid TOML ({exc})") from None
+    table: Any = data
+    for part in section.split("."):
+        table = table.get(part, {}) if isinstance(table, dict) else {}
+    return dict(table) if isinstance(table, dict) else {}
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], section: str) -> None:
+        super().__init__(settings_cls)
+        self._table = config_file_table(section)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._table.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        names = set(self.settings_cls.model_fields)
+        return {key: value for key, value in self._table.items() if key in names}
+
+
+class SectionSettings(BaseSettings):
+    """Base of every package's settings: environment first, then the TOML table.
+
+    A plugin declares ``model_config = SettingsConfigDict(env_prefix="OUTBOX_EMAIL_")`` and
+    ``toml_section = "outbox.email"``.
+    """
+
+    toml_section: ClassVar[str] = "outbox"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlSource(settings_cls, cls.toml_section))
+
+
+class OutboxSettings(SectionSettings):
+    """The core's settings. Every field is also ``OUTBOX_<NAME>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore")
+
+    database_url: SecretStr | None = Field(
+        default=None, description="postgresql:// URL of the server; unset: an embedded server"
+    )
+    schema_name: str = Field(
+        default="outbox",
+        validation_alias=AliasChoices("schema_name", "OUTBOX_SCHEMA", "schema"),
+        description="the PostgreSQL schema that holds outbox's tables",
+    )
+    lease_seconds: float = Field(default=300.0, gt=0.0, description="length of a claim's lease")
+    fence_margin_seconds: float = Field(
+        default=60.0, ge=0.0, description="begin_write() refuses with less lease than this left"
+    )
+    concurrency: int = Field(default=100, ge=1, description="attempts running at once")
+    kind_concurrency: dict[str, int] = Field(
+        default_factory=dict, description="attempts running at once per kind, e.g. {EMAIL=4}"
+    )
+    claim_batch: int = Field(default=500, ge=1, le=10_000, description="lanes per claim")
+    poll_seconds: float = Field(
+        default=2.0, gt=0.0, description="fallback poll when no notification arrives"
+    )
+    retention_days: float = Field(default=30.0, gt=0.0, description="keep ended actions this long")
+    maintenance_seconds: float = Field(
+        default=10.0, gt=0.0, description="how often expiry, retention and gauges run"
+    )
+    shutdown_seconds: float = Field(
+        default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"
+    )
+    pool_size: int = Field(default=4, ge=2, le=100, description="database connections per executor")
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema_is_plain(cls, value: str) -> str:
+        if not SCHEMA_NAME.match(value):
+            raise ValueError(
+                "use a lower-case name of letters, digits and underscores, e.g. 'outbox'"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _url_is_postgres(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value()
+        if not text.startswith(("postgresql://", "postgres://")):
+            raise ValueError("expected a URL that starts with postgresql://")
+        return value
+
+    @model_validator(mode="after")
+    def _lease_outlasts_margin(self) -> OutboxSettings:
+        if self.lease_seconds <= self.fence_margin_seconds:
+            raise ValueError(
+                f"lease_seconds ({self.lease_seconds}) must be longer than fence_margin_seconds "
+                f"({self.fence_margin_seconds}): no attempt could ever pass its write fence"
+            )
+        return self
+
+    def dsn(self) -> str | None:
+        return None if self.database_url is None else self.database_url.get_secret_value()

@@ -1,0 +1,297 @@
+-- The core's statements. `{schema}` is the configured schema; parameters are named.
+
+-- name: enqueue
+-- One round trip per action: the insert (a second insert of the same key does nothing, and
+-- waits for a concurrent insert of that key to commit or roll back), the lane's row (kept at
+-- or below the new action's due time, and locked until the caller commits, so a claim never
+-- decides about the lane without seeing this action), and the wake-up (NOTIFY is delivered
+-- only when the caller commits).
+WITH new_action AS (
+    INSERT INTO {schema}.agent_action (
+        kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
+        subject_account_id, state, max_attempts, due_at, expires_at)
+    VALUES (
+        %(kind)s, %(at_most_once)s, %(instance_level)s, %(workspace_id)s, %(lane_key)s,
+        %(idempotency_key)s, %(payload)s, %(subject_account_id)s, %(state)s, %(max_attempts)s,
+        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, lane_key, due_at, state
+), lane AS (
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
+    SELECT lane_key, due_at, id FROM new_action WHERE state = 'ADMITTED'
+    ON CONFLICT (lane_key) DO UPDATE
+       SET next_at = LEAST(l.next_at, excluded.next_at),
+           head_id = LEAST(l.head_id, excluded.head_id)
+)
+SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state = 'ADMITTED')
+  FROM new_action
+
+-- name: enqueue_many
+-- The bulk form: the same three steps for arrays of requests in one statement. The lane rows
+-- are upserted once per lane (an upsert may not touch one row twice in a statement).
+WITH input AS (
+    SELECT *
+      FROM unnest(
+            %(kind)s::text[], %(at_most_once)s::boolean[], %(instance_level)s::boolean[],
+            %(workspace_id)s::text[], %(lane_key)s::text[], %(idempotency_key)s::text[],
+            %(payload)s::jsonb[], %(subject_account_id)s::text[], %(state)s::text[],
+            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[])
+           WITH ORDINALITY AS i(kind, at_most_once, instance_level, workspace_id, lane_key,
+                                idempotency_key, payload, subject_account_id, state,
+                                max_attempts, due_at, expires_at, position)
+), new_action AS (
+    INSERT INTO {schema}.agent_action (
+        kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
+        subject_account_id, state, max_attempts, due_at, expires_at)
+    SELECT kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
+           subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
+      FROM input
+     ORDER BY position
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, idempotency_key, lane_key, due_at, state
+), lane AS (
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
+    SELECT lane_key, min(due_at), min(id) FROM new_action
+     WHERE state = 'ADMITTED'
+     GROUP BY lane_key
+     ORDER BY lane_key
+    ON CONFLICT (lane_key) DO UPDATE
+       SET next_at = LEAST(l.next_at, excluded.next_at),
+           head_id = LEAST(l.head_id, excluded.head_id)
+)
+SELECT idempotency_key, id,
+       (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
+  FROM new_action
+
+-- name: find_by_keys
+SELECT idempotency_key, id, kind, lane_key
+  FROM {schema}.agent_action
+ WHERE idempotency_key = ANY(%(keys)s::text[])
+
+-- name: database_now
+SELECT now()
+
+-- name: admit
+-- PROPOSED -> ADMITTED: the action joins its lane.
+WITH admitted AS (
+    UPDATE {schema}.agent_action
+       SET state = 'ADMITTED', due_at = now()
+     WHERE id = %(id)s AND state = 'PROPOSED'
+    RETURNING id, lane_key, due_at
+), lane AS (
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
+    SELECT lane_key, due_at, id FROM admitted
+    ON CONFLICT (lane_key) DO UPDATE
+       SET next_at = LEAST(l.next_at, excluded.next_at),
+           head_id = LEAST(l.head_id, excluded.head_id)
+)
+SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
+
+-- name: cancel_unstarted
+-- An operator's or a proposal's refusal: only an action that has not started.
+UPDATE {schema}.agent_action
+   SET state = 'CANCELLED', payload = NULL, stop_reason = %(reason)s, ended_at = now(),
+       last_result = 'Cancelled'
+ WHERE id = %(id)s AND state IN ('PROPOSED', 'ADMITTED')
+RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
+          attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
+          ended_at, stop_reason, readback_ref, last_result, created_at
+
+-- name: lower_lanes
+-- After an ending: the lanes need a look no later than the given times. Lowering is always
+-- safe; a lane that a claim or an enqueue holds right now is skipped and returned by
+-- lower_lanes' caller to try again after this transaction committed.
+WITH wanted AS (
+    SELECT lane_key, min(at) AS at
+      FROM unnest(%(lanes)s::text[], %(at)s::timestamptz[]) AS w(lane_key, at)
+     GROUP BY lane_key
+), locked AS (
+    SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
+     ORDER BY l.lane_key
+       FOR NO KEY UPDATE OF l SKIP LOCKED
+)
+UPDATE {schema}.action_lane l
+   SET next_at = LEAST(l.next_at, coalesce(w.at, now()))
+  FROM wanted w
+ WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
+RETURNING l.lane_key
+
+-- name: action_by_id
+SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
+       attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
+       ended_at, stop_reason, readback_ref, last_result, created_at
+  FROM {schema}.agent_action
+ WHERE id = %(id)s
+
+-- name: actions_by_keys
+-- A read of named keys does not filter: a skipped row would let the caller enqueue under its
+-- generation. Decoding readers raise on what they cannot decode instead.
+SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
+       attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
+       ended_at, stop_reason, readback_ref, last_result, created_at
+  FROM {schema}.agent_action
+ WHERE idempotency_key = ANY(%(keys)s::text[])
+ ORDER BY id
+
+-- name: lane_actions
+-- A read of one lane does not filter either (see actions_by_keys).
+SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
+       attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
+       ended_at, stop_reason, readback_ref, last_result, created_at
+  FROM {schema}.agent_action
+ WHERE lane_key = %(lane_key)s AND (%(live_only)s IS FALSE OR state IN ('PROPOSED', 'ADMITTED', 'EXECUTING'))
+ ORDER BY id
+
+-- name: registered_kinds
+SELECT kind, at_most_once, instance_level, line FROM {schema}.action_kind ORDER BY kind
+
+-- name: claim
+-- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads.
+SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
+       state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
+  FROM {schema}.claim_v1(%(limit)s, make_interval(secs => %(lease)s),
+                         %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+
+-- name: claim_action
+SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
+       state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
+  FROM {schema}.claim_action_v1(%(id)s, make_interval(secs => %(lease)s),
+                                %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+
+-- name: begin_write
+-- The write fence of many running attempts in one short transaction. An attempt passes only
+-- while it still holds the claim (same epoch, still executing; an erased action is gone) and
+-- at least the margin of its lease is left, so its provider call ends inside the lease.
+UPDATE {schema}.agent_action a
+   SET write_started_at = coalesce(a.write_started_at, now())
+  FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[]) AS f(id, epoch)
+ WHERE a.id = f.id AND a.epoch = f.epoch AND a.state = 'EXECUTING'
+   AND a.lease_until >= now() + make_interval(secs => %(margin)s)
+RETURNING a.id
+
+-- name: hold_lease
+-- Opens an adapter's domain transaction under its lease: the row lock keeps any other claim
+-- out until the transaction ends, and no row means the epoch moved on.
+SELECT 1 FROM {schema}.agent_action
+ WHERE id = %(id)s AND epoch = %(epoch)s AND state = 'EXECUTING'
+   FOR SHARE
+
+-- name: end_actions
+-- Many endings in one statement. Each applies only while its action is still in the state
+-- and at the epoch its attempt saw; the rows returned are the ones that changed.
+UPDATE {schema}.agent_action a
+   SET state = e.state,
+       payload = CASE WHEN e.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
+                      THEN NULL ELSE a.payload END,
+       stop_reason = e.stop_reason,
+       readback_ref = coalesce(e.readback_ref, a.readback_ref),
+       due_at = CASE WHEN e.state = 'ADMITTED' THEN now() + make_interval(secs => e.delay)
+                     ELSE a.due_at END,
+       lease_until = CASE WHEN e.state = 'EXECUTING' THEN now() + make_interval(secs => e.delay)
+                          WHEN e.state = 'ADMITTED' THEN NULL
+                          ELSE a.lease_until END,
+       write_started_at = CASE e.fence WHEN 'clear' THEN NULL
+                                       WHEN 'restore' THEN e.prior_write
+                                       ELSE a.write_started_at END,
+       attempt = a.attempt - e.uncount,
+       last_result = e.result
+  FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[], %(from_states)s::text[],
+              %(states)s::text[], %(stop_reasons)s::text[], %(readback_refs)s::text[],
+              %(delays)s::float8[], %(fences)s::text[], %(prior_writes)s::timestamptz[],
+              %(uncounts)s::integer[], %(results)s::text[])
+       AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence, prior_write,
+            uncount, result)
+ WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state
+RETURNING a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
+          a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch, a.due_at,
+          a.expires_at, a.lease_until, a.write_started_at, a.ended_at, a.stop_reason,
+          a.readback_ref, a.last_result, a.created_at
+
+-- name: lower_lanes_wait
+-- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and
+-- they must not leave a lane waiting on a head that is gone).
+UPDATE {schema}.action_lane l
+   SET next_at = LEAST(l.next_at, now())
+ WHERE l.lane_key = ANY(%(lanes)s::text[])
+
+-- name: expired_actions
+-- Admitted actions past their expiry anywhere in a lane (the claim ends expired heads; this
+-- sweep ends the ones behind them too, so their domain rows move on). Only rows this build
+-- decodes.
+SELECT id, kind, lane_key, epoch
+  FROM {schema}.agent_action a
+ WHERE a.state = 'ADMITTED' AND a.expires_at <= now()
+   AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
+                             %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+ ORDER BY a.expires_at
+ LIMIT %(limit)s
+
+-- name: retention_delete
+-- Ended actions of retained kinds, older than the retention, in bounded batches. Ended rows
+-- have no payload, so this selects by kind only.
+WITH doomed AS (
+    SELECT id FROM {schema}.agent_action
+     WHERE ended_at < now() - make_interval(secs => %(keep)s)
+       AND kind = ANY(%(kinds)s::text[])
+     ORDER BY ended_at
+     LIMIT 1000
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.agent_action a USING doomed d WHERE a.id = d.id
+
+-- name: erase_subject
+DELETE FROM {schema}.agent_action
+ WHERE subject_account_id = %(subject)s
+RETURNING id, kind, lane_key, state
+
+-- name: make_due
+-- drain(): every waiting action is due now, and every lease that a Reread set runs out now.
+WITH due AS (
+    UPDATE {schema}.agent_action SET due_at = now()
+     WHERE state = 'ADMITTED' AND due_at > now()
+), leases AS (
+    UPDATE {schema}.agent_action SET lease_until = now()
+     WHERE state = 'EXECUTING' AND lease_until > now()
+)
+UPDATE {schema}.action_lane SET next_at = now() WHERE next_at IS NOT NULL AND next_at > now()
+
+-- name: backlog
+-- The backlog gauges by kind, for rows this build decodes.
+SELECT a.kind,
+       count(*) FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now()) AS due,
+       count(*) FILTER (WHERE a.state = 'EXECUTING') AS executing,
+       coalesce(extract(epoch FROM now() - min(a.due_at)
+                FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now())), 0)::float8
+           AS oldest_due_age
+  FROM {schema}.agent_action a
+ WHERE a.state IN ('ADMITTED', 'EXECUTING')
+   AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
+                             %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+ GROUP BY a.kind
+
+-- name: uncertain_counts
+SELECT kind, count(*) FROM {schema}.agent_action
+ WHERE state = 'UNCERTAIN' AND kind = ANY(%(kinds)s::text[])
+ GROUP BY kind
+
+-- name: blocked_lanes
+-- Lanes whose head waits (a retry backoff, a deferral, a row this build cannot decode) with an
+-- action behind it; "since" is when the first action behind the head was enqueued. The head
+-- is the one the lane's last claim found (action_lane.head_id).
+SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS head_due,
+       b.created_at AS since,
+       NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                                 %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+           AS foreign_head
+  FROM {schema}.action_lane l
+  JOIN {schema}.agent_action h ON h.id = l.head_id
+  JOIN LATERAL (
+        SELECT w.created_at FROM {schema}.agent_action w
+         WHERE w.lane_key = l.lane_key AND w.state IN ('ADMITTED', 'EXECUTING') AND w.id > h.id
+         ORDER BY w.id LIMIT 1) b ON true
+ WHERE h.state IN ('ADMITTED', 'EXECUTING')
+   AND (h.state = 'ADMITTED' AND h.due_at > now()
+        OR NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                                     %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]))
+ ORDER BY b.created_at
+ LIMIT %(limit)s

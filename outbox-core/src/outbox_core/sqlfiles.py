@@ -1,0 +1,52 @@
+"""Loading the package's SQL: named statements from ``sql/queries.sql`` and migration files.
+
+SQL files name the configured schema as ``{schema}``; it is replaced by a checked, quoted
+identifier. Values are never formatted into SQL: statements take named parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def quote_schema(schema: str) -> str:
+    """The schema as a quoted identifier, or ValueError if it is not a plain lower-case name."""
+    if not SCHEMA_NAME.match(schema):
+        raise ValueError(
+            f"schema {schema!r}: use a lower-case name of letters, digits and underscores "
+            "(at most 63 characters, not starting with a digit)"
+        )
+    return f'"{schema}"'
+
+
+def render(sql_text: str, schema: str) -> str:
+    """Put the quoted schema where the text says ``{schema}``."""
+    return sql_text.replace("{schema}", quote_schema(schema))
+
+
+def parse_named(text: str) -> dict[str, str]:
+    """Split a file of ``-- name: x`` sections into {name: statement}."""
+    parts = _NAME_LINE.split(text)
+    named: dict[str, str] = {}
+    for index in range(1, len(parts), 2):
+        name, body = parts[index], parts[index + 1].strip()
+        if name in named:
+            raise ValueError(f"the statement name {name!r} is used twice")
+        named[name] = body
+    return named
+
+
+@cache
+def _core_queries_text() -> str:
+    return resources.files("outbox_core").joinpath("sql/queries.sql").read_text("utf-8")
+
+
+@cache
+def core_queries(schema: str) -> dict[str, str]:
+    """The core's named statements with the schema filled in."""
+    return {name: render(body, schema) for name, body in parse_named(_core_queries_text()).items()}

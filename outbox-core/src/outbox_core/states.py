@@ -1,0 +1,64 @@
+"""The action lifecycle: the one table of allowed transitions.
+
+The trigger ``guard_agent_action`` (``sql/migrations/core/0001_schema.sql``) enforces the
+same table; ``tests/test_lifecycle_trigger.py`` tries every ordered pair of states against
+the live trigger, generated from :data:`TRANSITIONS`, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ActionState(enum.StrEnum):
+    """Where an action is in its life. The value is what the ``state`` column holds."""
+
+    PROPOSED = "PROPOSED"
+    ADMITTED = "ADMITTED"
+    EXECUTING = "EXECUTING"
+    DONE = "DONE"
+    UNCERTAIN = "UNCERTAIN"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def ended(self) -> bool:
+        """An ended action never changes again and keeps no payload."""
+        return self in ENDED_STATES
+
+    def may_become(self, other: ActionState) -> bool:
+        """Whether the lifecycle allows a change of state from ``self`` to ``other``."""
+        return other in TRANSITIONS[self]
+
+
+ENDED_STATES: frozenset[ActionState] = frozenset(
+    {ActionState.DONE, ActionState.UNCERTAIN, ActionState.FAILED, ActionState.CANCELLED}
+)
+
+LIVE_STATES: frozenset[ActionState] = frozenset(ActionState) - ENDED_STATES
+
+# The specification's table "The lifecycle". EXECUTING -> EXECUTING is the reclaim after an
+# expired lease (the epoch and the attempt rise by one). Same-state updates of the other live
+# states (a new due time, a lease extension by its holder) are updates, not transitions: the
+# trigger allows them without an epoch change; ended rows allow none at all.
+TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
+    ActionState.PROPOSED: frozenset({ActionState.ADMITTED, ActionState.CANCELLED}),
+    ActionState.ADMITTED: frozenset({ActionState.EXECUTING, ActionState.CANCELLED}),
+    ActionState.EXECUTING: frozenset(
+        {
+            ActionState.EXECUTING,
+            ActionState.ADMITTED,
+            ActionState.DONE,
+            ActionState.UNCERTAIN,
+            ActionState.FAILED,
+            ActionState.CANCELLED,
+        }
+    ),
+    ActionState.DONE: frozenset(),
+    ActionState.UNCERTAIN: frozenset(),
+    ActionState.FAILED: frozenset(),
+    ActionState.CANCELLED: frozenset(),
+}
+
+# A transition into EXECUTING is a claim: it must raise the epoch and the attempt by one.
+CLAIM_TARGET = ActionState.EXECUTING

@@ -1,0 +1,171 @@
+"""Finding a PostgreSQL for tests, the migrated template, and one fresh database per test."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ..adapter import ActionAdapter
+from ..executor import Executor
+from ..migrations import MigrationLine, migrate, ordered
+from ..outbox import Outbox
+from ..plugins import PluginHost
+from ..registry import KindRegistry
+from ..settings import OutboxSettings
+
+ENV_URL = "OUTBOX_TEST_DATABASE_URL"
+LOCAL_CANDIDATES = (
+    "postgresql://postgres@/postgres?host=/var/run/postgresql",
+    "postgresql://postgres@127.0.0.1:5432/postgres",
+)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def find_server() -> tuple[str, Any]:
+    """(a maintenance URL, a handle to stop or None): ``OUTBOX_TEST_DATABASE_URL``, else the
+    local server on the socket or 127.0.0.1:5432, else an embedded server."""
+    url = os.environ.get(ENV_URL)
+    if url:
+        if not _answers(url):
+            raise RuntimeError(f"{ENV_URL}={url!r} does not answer")
+        return url, None
+    for candidate in LOCAL_CANDIDATES:
+        if _answers(candidate):
+            return candidate, None
+    from ..embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres()
+    server.start()
+    return server.url, server
+
+
+def with_database(url: str, dbname: str) -> str:
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def template_name(lines: Sequence[MigrationLine], schema: str) -> str:
+    digest = hashlib.sha256(schema.encode())
+    for line in ordered(lines):
+        for migration in line.files():
+            digest.update(f"{migration.label}:{migration.checksum}".encode())
+    return f"outbox_tmpl_{digest.hexdigest()[:16]}"
+
+
+def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) -> str:
+    """Create (once; concurrent sessions wait on an advisory lock) a database migrated with
+    ``lines``; its name changes whenever a migration does."""
+    name = template_name(lines, schema)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext('outbox-test-template'))")
+        try:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if exists is None:
+                building = name + "_build"
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+                with psycopg.connect(with_database(admin_url, building), autocommit=True) as target:
+                    migrate(target, schema, lines)
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                        sql.Identifier(building), sql.Identifier(name)
+                    )
+                )
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('outbox-test-template'))")
+    return name
+
+
+@dataclass
+class OutboxTestDatabase:
+    """A fresh database cloned from the migrated template, with an Outbox bound to it."""
+
+    url: str
+    name: str
+    schema: str
+    host: PluginHost
+    registry: KindRegistry = field(default_factory=KindRegistry)
+    settings: OutboxSettings = field(default_factory=OutboxSettings)
+
+    @property
+    def outbox(self) -> Outbox:
+        return Outbox(schema=self.schema, registry=self.registry, host=self.host,
+                      settings=self.settings)
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, **kwargs)
+
+    async def aconnect(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.url, **kwargs)
+
+    def register_kind(self, adapter: type[ActionAdapter], *, line: str = "test") -> None:
+        """Register a throwaway kind for this test: in the registry and in the database."""
+        self.registry.register(adapter, distribution="(test)")
+        with self.connect(autocommit=True) as conn:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.action_kind (kind, at_most_once, instance_level, line) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (kind) DO NOTHING"
+                ).format(sql.Identifier(self.schema)),
+                (adapter.kind, adapter.at_most_once, adapter.instance_level, line),
+            )
+
+    def configure(self, **values: Any) -> None:
+        """Change the settings the outbox and its executors use in this test."""
+        self.settings = self.settings.model_copy(update=values)
+
+    def executor(self, **values: Any) -> Executor:
+        settings = self.settings.model_copy(update=values) if values else self.settings
+        return Executor(self.outbox, self.url, settings=settings)
+
+    async def adrain(self, *, timeout: float = 60.0, **values: Any) -> int:
+        async with self.executor(**values) as executor:
+            return await executor.drain(timeout=timeout)
+
+    def drain(self, *, timeout: float = 60.0, **values: Any) -> int:
+        from . import drain
+
+        settings = self.settings.model_copy(update=values)
+        outbox = Outbox(schema=self.schema, registry=self.registry, host=self.host, settings=settings)
+        return drain(outbox, self.url, timeout=timeout)
+
+    def scalar(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+        """One value, with ``{schema}`` in the query replaced by the schema."""
+        with self.connect(autocommit=True) as conn:
+            row = conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchone()  # type: ignore[arg-type]
+        return None if row is None else row[0]
+
+    def rows(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.connect(autocommit=True) as conn:
+            return conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchall()  # type: ignore[arg-type]
+
+
+@contextmanager
+def fresh_database(admin_url: str, template: str, prefix: str = "outbox_test") -> Iterator[tuple[str, str]]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template)))
+    try:
+        yield with_database(admin_url, name), name
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

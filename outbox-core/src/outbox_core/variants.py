@@ -1,0 +1,282 @@
+"""What an adapter decodes, and the one JSON path per kind derived from it.
+
+An adapter declares ``variants()``; there is no default. From the declared pydantic models
+the core derives a SQL/JSON path predicate (``payload @@ path``) that accepts a payload
+exactly when every enum, ``Literal`` and tag value in it is one this build knows, and a
+pattern for the idempotency key's last segment when the variant is chosen by key suffix.
+Claims, reclaims, the reaper and the backlog gauges select only rows that match, so a row
+written by a newer build is never fetched, let alone failed, by an older one.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .errors import InvalidRequest, UndecodableAction
+
+KEY_SEGMENT_SEPARATOR = ":"
+_REGEX_SPECIALS = set(".^$*+?()[]{}|\\")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionVariants:
+    """The payloads an adapter decodes. Build it with :meth:`one`, :meth:`tagged` or
+    :meth:`key_suffix`."""
+
+    shape: Literal["one", "tagged", "key_suffix"]
+    model: type[BaseModel] | None = None
+    tag: str | None = None
+    body: str | None = None
+    bodies: Mapping[str, type[BaseModel]] | None = None
+    suffixes: frozenset[str] | None = None
+
+    @classmethod
+    def one(cls, model: type[BaseModel]) -> ActionVariants:
+        """The payload names no variant; its enum and Literal components are still checked."""
+        _require_model(model, "one(model)")
+        return cls(shape="one", model=model)
+
+    @classmethod
+    def tagged(cls, tag: str, body: str, bodies: Mapping[str, type[BaseModel]]) -> ActionVariants:
+        """The string property ``tag`` selects the variant; the property ``body`` holds it, one
+        model per tag value: ``{"notice": "welcome", "event": {...}}``."""
+        if not bodies:
+            raise ValueError("tagged(): declare at least one tag value and its body model")
+        if tag == body:
+            raise ValueError("tagged(): the tag and the body are two different properties")
+        for value, model in bodies.items():
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"tagged(): tag values are non-empty strings, not {value!r}")
+            _require_model(model, f"tagged(): the body of {value!r}")
+        return cls(shape="tagged", tag=tag, body=body, bodies=dict(bodies))
+
+    @classmethod
+    def key_suffix(cls, values: Iterable[str], model: type[BaseModel]) -> ActionVariants:
+        """The last ``:``-separated segment of the idempotency key selects the variant;
+        ``model`` is the payload of every variant."""
+        suffixes = frozenset(values)
+        if not suffixes:
+            raise ValueError("key_suffix(): declare at least one suffix")
+        for value in suffixes:
+            if not value or KEY_SEGMENT_SEPARATOR in value:
+                raise ValueError(f"key_suffix(): {value!r} is not one key segment")
+        _require_model(model, "key_suffix(model)")
+        return cls(shape="key_suffix", model=model, suffixes=suffixes)
+
+    # -- derived ---------------------------------------------------------------------------
+
+    def json_path(self) -> str | None:
+        """The SQL/JSON path predicate for ``payload @@ path``; None when nothing is checked."""
+        match self.shape:
+            case "one" | "key_suffix":
+                assert self.model is not None
+                return _joined(_model_predicates(self.model, "$"))
+            case "tagged":
+                assert self.bodies is not None and self.tag is not None and self.body is not None
+                options = []
+                for value, model in sorted(self.bodies.items()):
+                    parts = [f"{_key('$', self.tag)} == {_literal(value)}"]
+                    parts.extend(_model_predicates(model, _key("$", self.body)))
+                    options.append(" && ".join(parts))
+                return " || ".join(f"({option})" for option in options)
+        raise AssertionError(self.shape)  # pragma: no cover
+
+    def key_pattern(self) -> str | None:
+        """A PostgreSQL regular expression for the key's last segment, for key_suffix."""
+        if self.suffixes is None:
+            return None
+        options = "|".join(_regex_escape(value) for value in sorted(self.suffixes))
+        return f"(^|{KEY_SEGMENT_SEPARATOR})({options})$"
+
+    def describe(self) -> dict[str, Any]:
+        """For ``outbox plugins``: the declaration and the derived filters."""
+        out: dict[str, Any] = {"shape": self.shape}
+        if self.model is not None:
+            out["model"] = self.model.__qualname__
+        if self.bodies is not None:
+            out["tag"], out["body"] = self.tag, self.body
+            out["bodies"] = {tag: model.__qualname__ for tag, model in sorted(self.bodies.items())}
+        if self.suffixes is not None:
+            out["suffixes"] = sorted(self.suffixes)
+        out["json_path"] = self.json_path()
+        out["key_pattern"] = self.key_pattern()
+        return out
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def decode(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel:
+        """The payload as its model; :class:`InvalidRequest` (field ``payload`` or
+        ``idempotency_key``) when it does not fit. Messages never echo input values."""
+        if self.suffixes is not None:
+            suffix = idempotency_key.rsplit(KEY_SEGMENT_SEPARATOR, 1)[-1]
+            if suffix not in self.suffixes:
+                raise InvalidRequest(
+                    "idempotency_key",
+                    f"{kind} selects its variant by the key's last segment; {suffix!r} is not one "
+                    f"of {sorted(self.suffixes)}",
+                )
+        if self.shape == "tagged":
+            assert self.bodies is not None and self.tag is not None and self.body is not None
+            if not isinstance(payload, Mapping):
+                raise InvalidRequest("payload", f"{kind} expects a JSON object")
+            tag = payload.get(self.tag)
+            if tag not in self.bodies:
+                raise InvalidRequest(
+                    f"payload.{self.tag}",
+                    f"{kind} knows the variants {sorted(self.bodies)}; got {tag!r}",
+                )
+            extra = set(payload) - {self.tag, self.body}
+            if extra:
+                raise InvalidRequest("payload", f"{kind} has no properties {sorted(extra)}")
+            return _validate(self.bodies[tag], payload.get(self.body), f"payload.{self.body}", kind)
+        assert self.model is not None
+        return _validate(self.model, payload, "payload", kind)
+
+    def decode_or_raise(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel:
+        """Like :meth:`decode` for a row already stored: :class:`UndecodableAction`."""
+        try:
+            return self.decode(payload, idempotency_key, kind=kind)
+        except InvalidRequest as exc:
+            raise UndecodableAction(f"this build cannot decode a {kind} action: {exc}") from None
+
+    def encode(self, value: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+        """A payload for the table from a model (or a plain mapping, returned as a dict)."""
+        if isinstance(value, BaseModel):
+            if self.shape == "tagged":
+                assert self.bodies is not None and self.tag is not None and self.body is not None
+                for tag, model in self.bodies.items():
+                    if type(value) is model:
+                        return {self.tag: tag, self.body: value.model_dump(mode="json")}
+                raise InvalidRequest(
+                    "payload", f"{type(value).__qualname__} is not one of the declared bodies"
+                )
+            return value.model_dump(mode="json")
+        return dict(value)
+
+
+def _require_model(model: Any, where: str) -> None:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"{where}: expected a pydantic model class, got {model!r}")
+
+
+def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> BaseModel:
+    try:
+        return TypeAdapter(model).validate_python(value)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in (field, *error['loc']))}: {error['msg']}"
+            for error in exc.errors(include_input=False, include_url=False)
+        )
+        raise InvalidRequest(field, f"{kind} refuses it: {problems}") from None
+
+
+# -- path derivation ---------------------------------------------------------------------------
+
+
+def _key(prefix: str, name: str) -> str:
+    return f"{prefix}.{json.dumps(name)}"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool) or value is None or isinstance(value, int | float | str):
+        return json.dumps(value)
+    raise TypeError(f"cannot put {value!r} in a JSON path")
+
+
+def _joined(predicates: list[str]) -> str | None:
+    return " && ".join(predicates) if predicates else None
+
+
+def _strip_optional(annotation: Any) -> tuple[Any, bool]:
+    """(the annotation without None, whether None was allowed)."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        nullable = len(args) < len(typing.get_args(annotation))
+        if len(args) == 1:
+            return args[0], nullable
+        return Union[tuple(args)], nullable  # noqa: UP007
+    if origin is typing.Annotated:
+        return _strip_optional(typing.get_args(annotation)[0])
+    return annotation, False
+
+
+def _allowed_values(annotation: Any) -> list[Any] | None:
+    """The closed set of values of an enum or Literal annotation (None: not a closed set)."""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [member.value for member in annotation]
+    if typing.get_origin(annotation) is Literal:
+        return [_plain(arg) for arg in typing.get_args(annotation)]
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        values: list[Any] = []
+        for arg in typing.get_args(annotation):
+            sub = _allowed_values(arg)
+            if sub is None:
+                return None
+            values.extend(sub)
+        return values
+    return None
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _one_of(target: str, values: list[Any]) -> str:
+    return "(" + " || ".join(f"{target} == {_literal(value)}" for value in values) + ")"
+
+
+def _field_predicate(annotation: Any, path: str, depth: int) -> str | None:
+    inner, _ = _strip_optional(annotation)
+    values = _allowed_values(inner)
+    if values is not None:
+        return _one_of(path, values)
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        return _joined(_model_predicates(inner, path, depth + 1))
+    origin = typing.get_origin(inner)
+    if origin in (list, tuple, set, frozenset) and depth < 8:
+        args = [arg for arg in typing.get_args(inner) if arg is not Ellipsis]
+        if len(args) == 1:
+            element_values = _allowed_values(_strip_optional(args[0])[0])
+            if element_values is not None:
+                # No element outside the closed set (an empty list passes).
+                unknown = " && ".join(f"@ != {_literal(value)}" for value in element_values)
+                return f"!(exists({path}[*] ? ({unknown})))"
+    return None
+
+
+def _model_predicates(model: type[BaseModel], prefix: str, depth: int = 0) -> list[str]:
+    if depth > 8:
+        return []
+    predicates: list[str] = []
+    for name, field in model.model_fields.items():
+        alias = field.alias or name
+        path = _key(prefix, alias)
+        predicate = _field_predicate(field.annotation, path, depth)
+        if predicate is None:
+            continue
+        _, nullable = _strip_optional(field.annotation)
+        escapes = []
+        if not field.is_required():
+            escapes.append(f"!(exists({path}))")
+        if nullable:
+            escapes.append(f"{path} == null")
+        if escapes:
+            predicate = "(" + " || ".join([*escapes, predicate]) + ")"
+        predicates.append(predicate)
+    return predicates
+
+
+def _regex_escape(value: str) -> str:
+    return "".join(f"\\{char}" if char in _REGEX_SPECIALS else char for char in value)
