@@ -206,13 +206,15 @@ class Outbox:
         now = self._db_now(conn) if self._needs_clock(requests) else None
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
-        rows = conn.execute(self.queries["enqueue_many"], self._many_params(prepared)).fetchall()
-        created = {key: action_id for key, action_id, _ in rows}
-        missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
-        existing: dict[str, int] = {}
-        if missing:
-            found = conn.execute(self.queries["find_by_keys"], {"keys": missing}).fetchall()
-            existing = self._check_existing(prepared, found)
+        # A savepoint: a key that turns out to name another effect undoes the whole batch.
+        with conn.transaction():
+            rows = conn.execute(self.queries["enqueue_many"], self._many_params(prepared)).fetchall()
+            created = {key: action_id for key, action_id, _ in rows}
+            missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
+            existing: dict[str, int] = {}
+            if missing:
+                found = conn.execute(self.queries["find_by_keys"], {"keys": missing}).fetchall()
+                existing = self._check_existing(prepared, found)
         return self._answers(prepared, created, existing)
 
     async def aenqueue_many(
@@ -224,13 +226,14 @@ class Outbox:
         now = await self._adb_now(conn) if self._needs_clock(requests) else None
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
-        cursor = await conn.execute(self.queries["enqueue_many"], self._many_params(prepared))
-        created = {key: action_id for key, action_id, _ in await cursor.fetchall()}
-        missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
-        existing: dict[str, int] = {}
-        if missing:
-            cursor = await conn.execute(self.queries["find_by_keys"], {"keys": missing})
-            existing = self._check_existing(prepared, await cursor.fetchall())
+        async with conn.transaction():
+            cursor = await conn.execute(self.queries["enqueue_many"], self._many_params(prepared))
+            created = {key: action_id for key, action_id, _ in await cursor.fetchall()}
+            missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
+            existing: dict[str, int] = {}
+            if missing:
+                cursor = await conn.execute(self.queries["find_by_keys"], {"keys": missing})
+                existing = self._check_existing(prepared, await cursor.fetchall())
         return self._answers(prepared, created, existing)
 
     @staticmethod
@@ -292,6 +295,7 @@ class Outbox:
         if row is None:
             return None
         action = Action.from_row(row)
+        await conn.execute(self.queries["lower_lanes_wait"], {"lanes": [action.lane_key]})
         if action.kind in self.registry:
             adapter = self.registry.get(action.kind).adapter.build(self.settings)
             await adapter.ended(conn, action)

@@ -62,3 +62,9 @@ TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
 
 # A transition into EXECUTING is a claim: it must raise the epoch and the attempt by one.
 CLAIM_TARGET = ActionState.EXECUTING
+
+
+def allows(old: ActionState, new: ActionState) -> bool:
+    """Whether an update of a row in ``old`` that leaves it in ``new`` is allowed: a listed
+    transition, or an in-place update of a live state. An ended row allows nothing."""
+    return new in TRANSITIONS[old] or (old is new and not old.ended)

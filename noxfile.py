@@ -1,0 +1,80 @@
+"""Every check of the monorepo. `nox` runs lint, types, the tests of each package alone and the
+end-to-end suite; `nox -s bench` runs the benchmarks (not part of the default run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(path.name for path in ROOT.glob("outbox-*") if (path / "pyproject.toml").is_file())
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "types", "tests", "e2e"]
+nox.options.reuse_existing_virtualenvs = False
+
+# Fails the session when an outbox-* distribution was installed from an index instead of this
+# checkout (a published outbox-core must never stand in for the one under test).
+CHECK_LOCAL = """
+import json, sys
+from importlib import metadata
+bad = []
+for dist in metadata.distributions():
+    name = (dist.metadata["Name"] or "").lower()
+    if not name.startswith("outbox-"):
+        continue
+    text = dist.read_text("direct_url.json")
+    url = json.loads(text).get("url", "") if text else ""
+    if not url.startswith("file://"):
+        bad.append(f"{name} {dist.version} came from an index, not from this checkout")
+if bad:
+    sys.exit("\\n".join(bad))
+print("outbox distributions from the checkout:", sorted(
+    d.metadata["Name"] for d in metadata.distributions()
+    if (d.metadata["Name"] or "").lower().startswith("outbox-")))
+"""
+
+
+def _local(session: nox.Session, *packages: str, extra: str = "test") -> None:
+    specs = [f"./outbox-core[{extra}]"] + [f"./{package}[{extra}]" for package in packages if package != "outbox-core"]
+    session.install(*specs)
+    session.run("python", "-c", CHECK_LOCAL)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests with only outbox-core, that package and its test extra installed."""
+    _local(session, package)
+    session.run("pytest", f"{package}/tests", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python="3.11")
+def e2e(session: nox.Session) -> None:
+    """The cross-package suites (rolling updates, chaos, quickstart) with every package."""
+    _local(session, *PACKAGES)
+    session.install("-r", "tests/requirements.txt")
+    session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def types(session: nox.Session) -> None:
+    session.install("mypy==2.4.1", "./outbox-core[test]")
+    session.run("mypy", "--strict", "outbox-core/src")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks against procrastinate and pgqueuer; writes docs/benchmarks.md and the plot.
+    `nox -s bench -- --quick` for a smoke run."""
+    _local(session, *PACKAGES)
+    session.install("-r", "bench/requirements.txt")
+    session.run("python", "bench/run_all.py", *session.posargs)

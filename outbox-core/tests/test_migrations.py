@@ -1,0 +1,150 @@
+"""Migrations: lines, order, checksums, the advisory lock, and the schema the code expects."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from outbox_core import MigrationError, MigrationLine
+from outbox_core.action import ACTION_COLUMNS
+from outbox_core.migrations import applied, core_line, migrate, plan, script
+from outbox_core.sqlfiles import core_queries
+from outbox_core.testing.database import fresh_database, with_database
+
+FIXTURE = MigrationLine("fixture", "outbox_core_tests_fixture", "migrations")
+
+
+@pytest.fixture
+def empty_db(outbox_server: str) -> Iterator[str]:
+    """A database with nothing in it (cloned from template0)."""
+    with fresh_database(outbox_server, "template0", prefix="outbox_empty") as (url, _):
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def fixture_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from . import fixture_plugin
+
+    monkeypatch.setitem(sys.modules, "outbox_core_tests_fixture", fixture_plugin)
+
+
+def labels(migrations: list[Any]) -> list[str]:
+    return [m.label for m in migrations]
+
+
+def test_core_applies_first_then_plugin_lines_and_a_second_run_is_a_no_op(empty_db: str) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        first = migrate(conn, "outbox", [FIXTURE])
+        assert labels(first) == ["core/0001_schema", "core/0002_claim", "fixture/0001_fixture"]
+        assert migrate(conn, "outbox", [FIXTURE]) == []
+        assert sorted(applied(conn, "outbox")) == [("core", 1), ("core", 2), ("fixture", 1)]
+
+
+def test_a_plugin_line_never_applies_before_the_core_line(empty_db: str) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        pending = plan([FIXTURE], {})
+        assert [m.line for m in pending] == ["core", "core", "fixture"]
+        # Applied alone, the plugin's file fails on the missing kind registry, and says so.
+        fixture_only = FIXTURE.files()[0]
+        from outbox_core.migrations import _apply
+
+        with pytest.raises(MigrationError, match="fixture/0001_fixture failed"):
+            _apply(conn, "outbox", fixture_only)
+
+
+def test_two_migrators_at_once_apply_each_file_exactly_once(empty_db: str) -> None:
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        try:
+            with psycopg.connect(empty_db, autocommit=True) as conn:
+                barrier.wait()
+                results.append(labels(migrate(conn, "outbox", [FIXTURE])))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert sorted(results, key=len) == [[], ["core/0001_schema", "core/0002_claim", "fixture/0001_fixture"]]
+
+
+def test_a_changed_applied_file_is_refused(empty_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        migrate(conn, "outbox", [])
+        conn.execute("UPDATE outbox.schema_migration SET checksum = 'edited' WHERE line = 'core' AND version = 1")
+        with pytest.raises(MigrationError, match="core/0001_schema was changed after it was applied"):
+            migrate(conn, "outbox", [])
+
+
+def test_a_line_name_used_twice_names_both_registrants() -> None:
+    other = MigrationLine("fixture", "somewhere_else", "migrations", "outbox-other")
+    with pytest.raises(MigrationError, match="registered twice: by .*outbox_core_tests_fixture.*outbox-other"):
+        plan([FIXTURE, other], {})
+
+
+def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        migrate(conn, "outbox", [])
+        columns = {
+            row[0] for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'outbox' AND table_name = 'agent_action'"
+            )
+        }
+        read = {name.strip() for name in ACTION_COLUMNS.split(",")}
+        assert read <= columns
+        assert columns - read == {"at_most_once", "instance_level"}
+        indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'outbox'")}
+        assert {"ux_agent_action_lane_executing", "ux_agent_action_idempotency_key", "ix_agent_action_lane_live"} <= indexes
+        triggers = {row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
+        assert {"guard_agent_action", "guard_agent_action_insert"} <= triggers
+        # Every statement the code runs plans against the migrated schema.
+        for name, query in core_queries("outbox").items():
+            params = {p: None for p in re.findall(r"%\((\w+)\)s", query)}
+            with conn.transaction():
+                try:
+                    conn.execute("EXPLAIN " + query, params)
+                except psycopg.Error as exc:
+                    raise AssertionError(f"statement {name} does not plan: {exc}") from exc
+
+
+def test_the_printed_script_applied_by_psql_is_what_migrate_would_have_done(outbox_server: str, empty_db: str) -> None:
+    text = script("outbox", plan([FIXTURE], {}))
+    assert "INSERT INTO \"outbox\".schema_migration" in text
+    completed = subprocess.run(
+        ["psql", "-v", "ON_ERROR_STOP=1", "-q", empty_db], input=text, text=True, capture_output=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        assert migrate(conn, "outbox", [FIXTURE]) == []
+        assert conn.execute("SELECT count(*) FROM outbox.action_kind WHERE kind = 'FIXTURE_KIND'").fetchone() == (1,)
+
+
+def test_another_schema_name_holds_its_own_copy(empty_db: str) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        migrate(conn, "jobs_two", [])
+        assert conn.execute("SELECT to_regclass('jobs_two.agent_action') IS NOT NULL").fetchone() == (True,)
+        assert conn.execute("SELECT to_regclass('outbox.agent_action')").fetchone() == (None,)
+
+
+def test_migration_files_are_numbered_without_gaps() -> None:
+    versions = [m.version for m in core_line().files()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_with_database_keeps_the_server(outbox_server: str) -> None:
+    assert "dbname=x" in with_database(outbox_server, "x")

@@ -1,0 +1,175 @@
+"""The plugin host: entry points, blocking, allowlists, broken plugins, registrations."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox_core import ActionAdapter, ActionVariants, Done, RegistrationError, hookspecs
+from outbox_core.errors import PluginLoadError
+from outbox_core.plugins import build_host, forget_loaded_plugins, load_plugins
+from outbox_core.registry import KindRegistry
+
+from .kinds import NoopAdapter, Step
+
+
+def install_fake_distribution(root: Path, name: str, module: str, source: str | None, version: str = "1.2.3") -> None:
+    """A distribution on sys.path: its metadata, its entry point, and (optionally) its module."""
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    entry = name.removeprefix("outbox-")
+    (info / "entry_points.txt").write_text(f"[outbox_core.plugins]\n{entry} = {module}\n")
+    if source is not None:
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+GOOD_PLUGIN = """
+    from pydantic import BaseModel
+    from outbox_core import ActionAdapter, ActionVariants, Done, hookimpl
+
+    class Body(BaseModel):
+        n: int
+
+    class FakeAdapter(ActionAdapter):
+        kind = "FAKE_KIND"
+        instance_level = True
+
+        @classmethod
+        def variants(cls):
+            return ActionVariants.one(Body)
+
+        async def execute(self, attempt):
+            return Done()
+
+    @hookimpl
+    def outbox_register_kinds(register):
+        register(FakeAdapter)
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("OUTBOX_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("OUTBOX_PLUGINS", raising=False)
+    forget_loaded_plugins()
+    yield tmp_path
+    forget_loaded_plugins()
+
+
+def test_an_installed_plugin_is_found_by_its_entry_point(site: Path) -> None:
+    install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+    host = load_plugins()
+    assert "FAKE_KIND" in host.registry
+    listed = {p["distribution"]: p for p in host.describe()}
+    assert listed["outbox-fake"]["version"] == "1.2.3"
+    assert [k["kind"] for k in listed["outbox-fake"]["kinds"]] == ["FAKE_KIND"]
+    assert load_plugins() is host  # loaded once
+
+
+def test_a_plugin_that_fails_to_import_stops_start_up_naming_its_distribution(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_distribution(site, "outbox-broken", "outbox_broken_plugin", "import no_such_module_anywhere\n", version="0.9.1")
+    with pytest.raises(PluginLoadError, match=r"plugin 'broken' from outbox-broken 0\.9\.1 failed to load .*No module named 'no_such_module_anywhere'.*OUTBOX_DISABLE_PLUGINS=broken"):
+        load_plugins()
+    monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "broken")
+    host = load_plugins()
+    assert host.blocked == ["broken"]
+
+
+def test_a_plugin_can_be_blocked_by_its_distribution_name_or_left_out_of_an_allowlist(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+    monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "outbox-fake")
+    assert "FAKE_KIND" not in load_plugins().registry
+    monkeypatch.delenv("OUTBOX_DISABLE_PLUGINS")
+    monkeypatch.setenv("OUTBOX_PLUGINS", "nothing-else")
+    assert "FAKE_KIND" not in load_plugins().registry
+    monkeypatch.setenv("OUTBOX_PLUGINS", "fake")
+    assert "FAKE_KIND" in load_plugins().registry
+
+
+def test_a_plugin_whose_hook_raises_is_named(site: Path) -> None:
+    install_fake_distribution(site, "outbox-angry", "outbox_angry_plugin", """
+        from outbox_core import hookimpl
+
+        @hookimpl
+        def outbox_register_kinds(register):
+            raise RuntimeError("boom")
+    """)
+    with pytest.raises(PluginLoadError, match="plugin 'angry' from outbox-angry 1.2.3 failed in outbox_register_kinds: RuntimeError: boom"):
+        load_plugins()
+
+
+def test_a_kind_registered_twice_names_both_registrants() -> None:
+    class Again(NoopAdapter):
+        pass
+
+    registry = KindRegistry()
+    registry.register(NoopAdapter, distribution="outbox-first", version="1.0")
+    with pytest.raises(RegistrationError, match="kind TEST_NOOP is registered twice: by NoopAdapter from outbox-first 1.0 and by .*Again from outbox-second 2.0"):
+        registry.register(Again, distribution="outbox-second", version="2.0")
+
+
+def test_an_adapter_without_variants_is_refused_at_registration() -> None:
+    class Silent(ActionAdapter):
+        kind = "TEST_SILENT"
+
+        async def execute(self, attempt: Any) -> Done:
+            return Done()
+
+    with pytest.raises(RegistrationError, match=r"Silent declares no variants\(\)"):
+        KindRegistry().register(Silent)
+
+
+@pytest.mark.parametrize("kind", ["lower", "WITH SPACE", "", "9STARTS_WITH_DIGIT"])
+def test_a_kind_name_is_an_upper_case_identifier(kind: str) -> None:
+    adapter = type("Odd", (NoopAdapter,), {"kind": kind})
+    with pytest.raises(RegistrationError, match="must be an upper-case name"):
+        KindRegistry().register(adapter)
+
+
+def test_application_plugins_register_like_installed_ones() -> None:
+    from types import SimpleNamespace
+
+    from outbox_core import hookimpl
+
+    @hookimpl
+    def outbox_register_kinds(register: Any) -> None:
+        register(NoopAdapter)
+
+    host = build_host([("app", SimpleNamespace(outbox_register_kinds=outbox_register_kinds))], use_entry_points=False)
+    assert host.registry.kinds == ["TEST_NOOP"]
+
+
+def test_every_hook_is_documented_with_a_typed_signature() -> None:
+    specs = [obj for name, obj in vars(hookspecs).items() if name.startswith("outbox_") and callable(obj)]
+    assert len(specs) >= 4
+    for spec in specs:
+        assert (spec.__doc__ or "").strip(), f"{spec.__name__} has no docstring"
+        signature = inspect.signature(spec)
+        assert all(p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()), spec.__name__
+
+
+def test_the_plugins_command_prints_json(site: Path) -> None:
+    install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+    completed = subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "plugins"],
+        capture_output=True, text=True, check=False,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
+    assert completed.returncode == 0, completed.stderr
+    listed = json.loads(completed.stdout)
+    by_dist = {p["distribution"]: p for p in listed["plugins"]}
+    assert by_dist["outbox-core"]["migration_lines"] == ["core"]
+    fake = by_dist["outbox-fake"]["kinds"][0]
+    assert fake["kind"] == "FAKE_KIND"
+    assert fake["variants"]["shape"] == "one"
+
+
