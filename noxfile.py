@@ -8,7 +8,9 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-PACKAGES = sorted(path.name for path in ROOT.glob("outbox-*") if (path / "pyproject.toml").is_file())
+PACKAGES = sorted(
+    path.name for path in ROOT.glob("outbox-*") if (path / "pyproject.toml").is_file()
+)
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "types", "tests", "e2e"]
@@ -37,7 +39,9 @@ print("outbox distributions from the checkout:", sorted(
 
 
 def _local(session: nox.Session, *packages: str, extra: str = "test") -> None:
-    specs = [f"./outbox-core[{extra}]"] + [f"./{package}[{extra}]" for package in packages if package != "outbox-core"]
+    specs = [f"./outbox-core[{extra}]"] + [
+        f"./{package}[{extra}]" for package in packages if package != "outbox-core"
+    ]
     session.install(*specs)
     session.run("python", "-c", CHECK_LOCAL)
 

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import (
@@ -16,13 +13,19 @@ from .kinds import (
 
 
 @pytest.fixture
-def db(outbox_db: OutboxTestDatabase) -> Iterator[OutboxTestDatabase]:
+def db(outbox_db: OutboxTestDatabase) -> OutboxTestDatabase:
     """A fresh database with the core's test kinds registered."""
-    for adapter in (NoopAdapter, FencedAdapter, ScriptedAdapter, AtMostOnceAdapter, WorkspaceAdapter):
+    for adapter in (
+        NoopAdapter,
+        FencedAdapter,
+        ScriptedAdapter,
+        AtMostOnceAdapter,
+        WorkspaceAdapter,
+    ):
         outbox_db.register_kind(adapter)
     ScriptedAdapter.script = None
     ScriptedAdapter.calls = []
     ScriptedAdapter.endings = []
     AtMostOnceAdapter.calls = []
     AtMostOnceAdapter.endings = []
-    yield outbox_db
+    return outbox_db

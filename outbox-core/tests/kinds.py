@@ -7,8 +7,6 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel
-
 from outbox_core import (
     Abandoned,
     ActionAdapter,
@@ -17,6 +15,7 @@ from outbox_core import (
     AdapterResult,
     Done,
 )
+from pydantic import BaseModel
 
 
 class Step(BaseModel):
@@ -72,8 +71,12 @@ class ScriptedAdapter(ActionAdapter):
 
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         type(self).calls.append(
-            {"id": attempt.id, "attempt": attempt.number, "epoch": attempt.epoch,
-             "write_started": attempt.write_started}
+            {
+                "id": attempt.id,
+                "attempt": attempt.number,
+                "epoch": attempt.epoch,
+                "write_started": attempt.write_started,
+            }
         )
         assert type(self).script is not None, "set ScriptedAdapter.script in the test"
         return await type(self).script(attempt)

@@ -7,10 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from pydantic import BaseModel, SecretStr
-
 from outbox_core import (
     ActionAdapter,
     ActionRequest,
@@ -21,6 +18,7 @@ from outbox_core import (
     UnknownKind,
 )
 from outbox_core.testing import OutboxTestDatabase
+from pydantic import BaseModel, SecretStr
 
 from .kinds import Step
 
@@ -29,7 +27,9 @@ def count(db: OutboxTestDatabase) -> int:
     return int(db.scalar("SELECT count(*) FROM {schema}.agent_action"))
 
 
-def test_the_action_exists_exactly_when_the_callers_transaction_commits(db: OutboxTestDatabase) -> None:
+def test_the_action_exists_exactly_when_the_callers_transaction_commits(
+    db: OutboxTestDatabase,
+) -> None:
     with db.connect() as conn:
         db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "rolled-back"))
         conn.rollback()
@@ -40,10 +40,14 @@ def test_the_action_exists_exactly_when_the_callers_transaction_commits(db: Outb
     assert count(db) == 1
 
 
-def test_a_second_enqueue_with_the_same_key_returns_the_first_action_and_changes_nothing(db: OutboxTestDatabase) -> None:
+def test_a_second_enqueue_with_the_same_key_returns_the_first_action_and_changes_nothing(
+    db: OutboxTestDatabase,
+) -> None:
     with db.connect() as conn:
         first = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "k", payload={"n": 1}))
-        second = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "k", payload={"n": 2}, max_attempts=9))
+        second = db.outbox.enqueue(
+            conn, ActionRequest("TEST_NOOP", "lane", "k", payload={"n": 2}, max_attempts=9)
+        )
         conn.commit()
     assert first.created and not second.created
     assert second.id == first.id
@@ -75,7 +79,9 @@ def _wait_until_blocked(db: OutboxTestDatabase) -> None:
 
 
 @pytest.mark.parametrize("first_commits", [True, False], ids=["first-commits", "first-rolls-back"])
-def test_concurrent_enqueues_of_one_key_leave_one_row_and_both_callers_get_it(db: OutboxTestDatabase, first_commits: bool) -> None:
+def test_concurrent_enqueues_of_one_key_leave_one_row_and_both_callers_get_it(
+    db: OutboxTestDatabase, first_commits: bool
+) -> None:
     out: dict[str, Any] = {}
     with db.connect() as first:
         mine = db.outbox.enqueue(first, ActionRequest("TEST_NOOP", "lane", "contested"))
@@ -99,7 +105,10 @@ def test_concurrent_enqueues_of_one_key_leave_one_row_and_both_callers_get_it(db
 def test_bulk_enqueue_answers_in_request_order_in_one_round_trip(db: OutboxTestDatabase) -> None:
     with db.connect() as conn:
         existing = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane-0", "bulk-0"))
-        requests = [ActionRequest("TEST_NOOP", f"lane-{i % 7}", f"bulk-{i}", payload={"n": i}) for i in range(500)]
+        requests = [
+            ActionRequest("TEST_NOOP", f"lane-{i % 7}", f"bulk-{i}", payload={"n": i})
+            for i in range(500)
+        ]
         requests.append(ActionRequest("TEST_NOOP", "lane-3", "bulk-3"))  # a repeat inside the batch
         answers = db.outbox.enqueue_many(conn, requests)
         conn.commit()
@@ -116,19 +125,25 @@ async def test_the_async_twins_enqueue_in_the_callers_transaction(db: OutboxTest
     conn = await db.aconnect()
     async with conn:
         one = await db.outbox.aenqueue(conn, ActionRequest("TEST_NOOP", "lane", "async-1"))
-        many = await db.outbox.aenqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", f"async-{i}") for i in (1, 2)])
+        many = await db.outbox.aenqueue_many(
+            conn, [ActionRequest("TEST_NOOP", "lane", f"async-{i}") for i in (1, 2)]
+        )
         await conn.commit()
     assert one.created and many[0] == type(one)(one.id, False) and many[1].created
     assert count(db) == 2
 
 
-def test_enqueue_notifies_idle_executors_only_when_the_caller_commits(db: OutboxTestDatabase) -> None:
+def test_enqueue_notifies_idle_executors_only_when_the_caller_commits(
+    db: OutboxTestDatabase,
+) -> None:
     with db.connect(autocommit=True) as listener, db.connect() as producer:
         listener.execute(f'LISTEN "{db.outbox.channel}"')
         db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "wake"))
         assert list(listener.notifies(timeout=0.3)) == []
         producer.commit()
-        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [db.outbox.channel]
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [
+            db.outbox.channel
+        ]
 
 
 class Secretive(BaseModel):
@@ -148,25 +163,69 @@ class SecretAdapter(ActionAdapter):
         return Done()
 
 
-
-
 @pytest.mark.parametrize(
     ("request_", "error", "message"),
     [
-        (ActionRequest("NO_SUCH_KIND", "l", "k"), UnknownKind, "NO_SUCH_KIND: no installed plugin registers it; installed kinds: .*TEST_NOOP"),
-        (ActionRequest("TEST_NOOP", "l", "k", payload={"n": "many"}), InvalidRequest, r"payload: TEST_NOOP refuses it: payload\.n: Input should be a valid integer"),
-        (ActionRequest("TEST_NOOP", "l", "k", max_attempts=0), InvalidRequest, "max_attempts: must be an integer of at least 1, got 0"),
-        (ActionRequest("TEST_NOOP", "l", "k", expires_at=datetime(2000, 1, 1, tzinfo=UTC)), InvalidRequest, "expires_at: 2000-01-01T00:00:00\\+00:00 has already passed"),
-        (ActionRequest("TEST_NOOP", "l", "k", expires_at=datetime(2100, 1, 1)), InvalidRequest, "expires_at: must be a timezone-aware datetime"),  # noqa: DTZ001
-        (ActionRequest("TEST_NOOP", "", "k"), InvalidRequest, "lane_key: must be a non-empty string"),
-        (ActionRequest("TEST_NOOP", "l", "  "), InvalidRequest, "idempotency_key: must be a non-empty string"),
-        (ActionRequest("TEST_PAINT", "l", "k", payload={"color": "red"}), InvalidRequest, "workspace_id: TEST_PAINT is not an instance-level kind"),
-        (ActionRequest("TEST_PAINT", "l", "k", payload={"color": "green"}, workspace_id="w"), InvalidRequest, r"payload\.color: Input should be 'red' or 'blue'"),
-        (ActionRequest("TEST_NOOP", "other-lane", "taken"), IdempotencyConflict, "'taken' already names action .* \\(TEST_NOOP in lane 'lane'\\); this request is TEST_NOOP in lane 'other-lane'"),
-        (ActionRequest("TEST_FENCED", "lane", "taken"), IdempotencyConflict, "this request is TEST_FENCED in lane 'lane'"),
+        (
+            ActionRequest("NO_SUCH_KIND", "l", "k"),
+            UnknownKind,
+            "NO_SUCH_KIND: no installed plugin registers it; installed kinds: .*TEST_NOOP",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "l", "k", payload={"n": "many"}),
+            InvalidRequest,
+            r"payload: TEST_NOOP refuses it: payload\.n: Input should be a valid integer",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "l", "k", max_attempts=0),
+            InvalidRequest,
+            "max_attempts: must be an integer of at least 1, got 0",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "l", "k", expires_at=datetime(2000, 1, 1, tzinfo=UTC)),
+            InvalidRequest,
+            "expires_at: 2000-01-01T00:00:00\\+00:00 has already passed",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "l", "k", expires_at=datetime(2100, 1, 1)),
+            InvalidRequest,
+            "expires_at: must be a timezone-aware datetime",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "", "k"),
+            InvalidRequest,
+            "lane_key: must be a non-empty string",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "l", "  "),
+            InvalidRequest,
+            "idempotency_key: must be a non-empty string",
+        ),
+        (
+            ActionRequest("TEST_PAINT", "l", "k", payload={"color": "red"}),
+            InvalidRequest,
+            "workspace_id: TEST_PAINT is not an instance-level kind",
+        ),
+        (
+            ActionRequest("TEST_PAINT", "l", "k", payload={"color": "green"}, workspace_id="w"),
+            InvalidRequest,
+            r"payload\.color: Input should be 'red' or 'blue'",
+        ),
+        (
+            ActionRequest("TEST_NOOP", "other-lane", "taken"),
+            IdempotencyConflict,
+            "'taken' already names action .* \\(TEST_NOOP in lane 'lane'\\); this request is TEST_NOOP in lane 'other-lane'",
+        ),
+        (
+            ActionRequest("TEST_FENCED", "lane", "taken"),
+            IdempotencyConflict,
+            "this request is TEST_FENCED in lane 'lane'",
+        ),
     ],
 )
-def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(db: OutboxTestDatabase, request_: ActionRequest, error: type[Exception], message: str) -> None:
+def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(
+    db: OutboxTestDatabase, request_: ActionRequest, error: type[Exception], message: str
+) -> None:
     with db.connect() as conn:
         db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "taken"))
         conn.commit()
@@ -184,23 +243,39 @@ def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(db: OutboxTe
 def test_a_refused_payload_never_echoes_its_values(db: OutboxTestDatabase) -> None:
     db.register_kind(SecretAdapter)
     with db.connect() as conn, pytest.raises(InvalidRequest) as caught:
-        db.outbox.enqueue(conn, ActionRequest("TEST_SECRET", "l", "k", payload={"token": "hunter2-secret", "count": "lots-of-hunter2"}))
+        db.outbox.enqueue(
+            conn,
+            ActionRequest(
+                "TEST_SECRET",
+                "l",
+                "k",
+                payload={"token": "hunter2-secret", "count": "lots-of-hunter2"},
+            ),
+        )
     assert "hunter2" not in str(caught.value)
     assert "payload.count: Input should be a valid integer" in str(caught.value)
 
 
-def test_a_key_used_twice_in_one_batch_for_different_effects_is_refused(db: OutboxTestDatabase) -> None:
+def test_a_key_used_twice_in_one_batch_for_different_effects_is_refused(
+    db: OutboxTestDatabase,
+) -> None:
     with db.connect() as conn, pytest.raises(IdempotencyConflict, match="used twice in this batch"):
-        db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "a", "same"), ActionRequest("TEST_NOOP", "b", "same")])
+        db.outbox.enqueue_many(
+            conn, [ActionRequest("TEST_NOOP", "a", "same"), ActionRequest("TEST_NOOP", "b", "same")]
+        )
     assert count(db) == 0
 
 
 def test_expiry_is_judged_by_the_database_clock(db: OutboxTestDatabase) -> None:
     with db.connect() as conn:
         now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "l", "soon", expires_at=now + timedelta(minutes=1)))
+        db.outbox.enqueue(
+            conn, ActionRequest("TEST_NOOP", "l", "soon", expires_at=now + timedelta(minutes=1))
+        )
         with pytest.raises(InvalidRequest, match="already passed"):
-            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "l", "late", expires_at=now - timedelta(seconds=1)))
+            db.outbox.enqueue(
+                conn, ActionRequest("TEST_NOOP", "l", "late", expires_at=now - timedelta(seconds=1))
+            )
         conn.commit()
     assert count(db) == 1
 
@@ -210,5 +285,3 @@ def test_a_model_instance_is_accepted_as_the_payload(db: OutboxTestDatabase) -> 
         db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "l", "model", payload=Step(n=3)))
         conn.commit()
     assert db.scalar("SELECT payload FROM {schema}.agent_action") == {"n": 3, "note": None}
-
-

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import psycopg
 import pytest
-
 from outbox_core import ActionRequest, ActionState
 from outbox_core.states import TRANSITIONS, allows
 from outbox_core.testing import OutboxTestDatabase
@@ -15,7 +14,9 @@ from outbox_core.testing import OutboxTestDatabase
 ENDED_SET = "stop_reason = 'TEST', payload = NULL"
 
 
-def put_in_state(conn: psycopg.Connection, db: OutboxTestDatabase, state: ActionState, key: str) -> int:
+def put_in_state(
+    conn: psycopg.Connection, db: OutboxTestDatabase, state: ActionState, key: str
+) -> int:
     """An action of TEST_NOOP in ``state``, reached through allowed steps only."""
     proposed = state is ActionState.PROPOSED
     action_id = db.outbox.enqueue(
@@ -30,16 +31,23 @@ def put_in_state(conn: psycopg.Connection, db: OutboxTestDatabase, state: Action
         (action_id,),
     )
     if state is not ActionState.EXECUTING:
-        conn.execute(f"UPDATE {table} SET state = %s, {ENDED_SET} WHERE id = %s", (str(state), action_id))
+        conn.execute(
+            f"UPDATE {table} SET state = %s, {ENDED_SET} WHERE id = %s", (str(state), action_id)
+        )
     return action_id
 
 
-def try_update(conn: psycopg.Connection, table: str, action_id: int, old: ActionState, new: ActionState) -> bool:
+def try_update(
+    conn: psycopg.Connection, table: str, action_id: int, old: ActionState, new: ActionState
+) -> bool:
     """Try to move the row from ``old`` to ``new`` with a well-formed update; True if allowed."""
     if new is ActionState.EXECUTING:
         if old is ActionState.EXECUTING:
             # A reclaim needs an expired lease; the shortening is an in-place update.
-            conn.execute(f"UPDATE {table} SET lease_until = now() - interval '1 second' WHERE id = %s", (action_id,))
+            conn.execute(
+                f"UPDATE {table} SET lease_until = now() - interval '1 second' WHERE id = %s",
+                (action_id,),
+            )
         change = "state = 'EXECUTING', epoch = epoch + 1, attempt = attempt + 1, lease_until = now() + interval '5 minutes'"
     elif new.ended:
         change = f"state = '{new}', {ENDED_SET}"
@@ -74,11 +82,15 @@ def disagreements(
     return found
 
 
-def test_every_ordered_pair_of_states_is_allowed_exactly_when_the_table_allows_it(db: OutboxTestDatabase) -> None:
+def test_every_ordered_pair_of_states_is_allowed_exactly_when_the_table_allows_it(
+    db: OutboxTestDatabase,
+) -> None:
     assert disagreements(db, TRANSITIONS) == []
 
 
-def test_a_changed_table_disagrees_with_the_trigger_on_exactly_the_changed_pairs(db: OutboxTestDatabase) -> None:
+def test_a_changed_table_disagrees_with_the_trigger_on_exactly_the_changed_pairs(
+    db: OutboxTestDatabase,
+) -> None:
     changed = dict(TRANSITIONS)
     changed[ActionState.DONE] = frozenset({ActionState.ADMITTED})
     changed[ActionState.ADMITTED] = frozenset({ActionState.EXECUTING})
@@ -113,37 +125,84 @@ def refused(conn: psycopg.Connection, query: str, params: tuple[object, ...], ma
     "change",
     ["readback_ref = 'x'", "stop_reason = 'OTHER'", "due_at = now()", "attempt = attempt"],
 )
-def test_an_ended_action_never_changes(db: OutboxTestDatabase, conn: psycopg.Connection, ended: ActionState, change: str) -> None:
+def test_an_ended_action_never_changes(
+    db: OutboxTestDatabase, conn: psycopg.Connection, ended: ActionState, change: str
+) -> None:
     action_id = put_in_state(conn, db, ended, "ended")
-    refused(conn, f"UPDATE {table_of(db)} SET {change} WHERE id = %s", (action_id,), "never changes")
+    refused(
+        conn, f"UPDATE {table_of(db)} SET {change} WHERE id = %s", (action_id,), "never changes"
+    )
 
 
 @pytest.mark.parametrize("ended", sorted(s for s in ActionState if s.ended))
-def test_ending_keeps_no_payload_and_names_a_stop_reason(db: OutboxTestDatabase, conn: psycopg.Connection, ended: ActionState) -> None:
+def test_ending_keeps_no_payload_and_names_a_stop_reason(
+    db: OutboxTestDatabase, conn: psycopg.Connection, ended: ActionState
+) -> None:
     action_id = put_in_state(conn, db, ActionState.EXECUTING, "ending")
     table = table_of(db)
-    refused(conn, f"UPDATE {table} SET state = %s, stop_reason = 'X' WHERE id = %s", (str(ended), action_id), "keeps no payload")
-    refused(conn, f"UPDATE {table} SET state = %s, payload = NULL WHERE id = %s", (str(ended), action_id), "has a stop_reason")
-    conn.execute(f"UPDATE {table} SET state = %s, payload = NULL, stop_reason = 'X' WHERE id = %s", (str(ended), action_id))
-    row = conn.execute(f"SELECT payload, stop_reason, ended_at IS NOT NULL FROM {table} WHERE id = %s", (action_id,)).fetchone()
+    refused(
+        conn,
+        f"UPDATE {table} SET state = %s, stop_reason = 'X' WHERE id = %s",
+        (str(ended), action_id),
+        "keeps no payload",
+    )
+    refused(
+        conn,
+        f"UPDATE {table} SET state = %s, payload = NULL WHERE id = %s",
+        (str(ended), action_id),
+        "has a stop_reason",
+    )
+    conn.execute(
+        f"UPDATE {table} SET state = %s, payload = NULL, stop_reason = 'X' WHERE id = %s",
+        (str(ended), action_id),
+    )
+    row = conn.execute(
+        f"SELECT payload, stop_reason, ended_at IS NOT NULL FROM {table} WHERE id = %s",
+        (action_id,),
+    ).fetchone()
     assert row == (None, "X", True)
 
 
-def test_an_at_most_once_action_whose_write_started_is_never_claimed_again(db: OutboxTestDatabase, conn: psycopg.Connection) -> None:
+def test_an_at_most_once_action_whose_write_started_is_never_claimed_again(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
     table = table_of(db)
     action_id = db.outbox.enqueue(conn, ActionRequest("TEST_ONCE", "lane", "once")).id
-    conn.execute(f"UPDATE {table} SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() - interval '1 s', write_started_at = now() WHERE id = %s", (action_id,))
-    refused(conn, f"UPDATE {table} SET epoch = 2, attempt = 2, lease_until = now() + interval '1 min' WHERE id = %s", (action_id,), "never claimed again")
+    conn.execute(
+        f"UPDATE {table} SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() - interval '1 s', write_started_at = now() WHERE id = %s",
+        (action_id,),
+    )
+    refused(
+        conn,
+        f"UPDATE {table} SET epoch = 2, attempt = 2, lease_until = now() + interval '1 min' WHERE id = %s",
+        (action_id,),
+        "never claimed again",
+    )
     # Back to ADMITTED with the write still marked (a Defer after an earlier write): no claim either.
-    conn.execute(f"UPDATE {table} SET state = 'ADMITTED', lease_until = NULL WHERE id = %s", (action_id,))
-    refused(conn, f"UPDATE {table} SET state = 'EXECUTING', epoch = 2, attempt = 2 WHERE id = %s", (action_id,), "never claimed again")
+    conn.execute(
+        f"UPDATE {table} SET state = 'ADMITTED', lease_until = NULL WHERE id = %s", (action_id,)
+    )
+    refused(
+        conn,
+        f"UPDATE {table} SET state = 'EXECUTING', epoch = 2, attempt = 2 WHERE id = %s",
+        (action_id,),
+        "never claimed again",
+    )
 
 
-def test_a_read_back_kind_is_claimed_again_after_its_write_started(db: OutboxTestDatabase, conn: psycopg.Connection) -> None:
+def test_a_read_back_kind_is_claimed_again_after_its_write_started(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
     table = table_of(db)
     action_id = put_in_state(conn, db, ActionState.EXECUTING, "reread")
-    conn.execute(f"UPDATE {table} SET lease_until = now() - interval '1 s', write_started_at = now() WHERE id = %s", (action_id,))
-    conn.execute(f"UPDATE {table} SET epoch = epoch + 1, attempt = attempt + 1, lease_until = now() + interval '1 min' WHERE id = %s", (action_id,))
+    conn.execute(
+        f"UPDATE {table} SET lease_until = now() - interval '1 s', write_started_at = now() WHERE id = %s",
+        (action_id,),
+    )
+    conn.execute(
+        f"UPDATE {table} SET epoch = epoch + 1, attempt = attempt + 1, lease_until = now() + interval '1 min' WHERE id = %s",
+        (action_id,),
+    )
 
 
 @pytest.mark.parametrize(
@@ -155,17 +214,26 @@ def test_a_read_back_kind_is_claimed_again_after_its_write_started(db: OutboxTes
         ("epoch = epoch - 1", "never falls"),
     ],
 )
-def test_claims_raise_the_epoch_by_one_and_never_before_the_lease_ends(db: OutboxTestDatabase, conn: psycopg.Connection, change: str, match: str) -> None:
+def test_claims_raise_the_epoch_by_one_and_never_before_the_lease_ends(
+    db: OutboxTestDatabase, conn: psycopg.Connection, change: str, match: str
+) -> None:
     action_id = put_in_state(conn, db, ActionState.EXECUTING, "epoch")
     refused(conn, f"UPDATE {table_of(db)} SET {change} WHERE id = %s", (action_id,), match)
 
 
 def test_only_a_claim_changes_the_epoch(db: OutboxTestDatabase, conn: psycopg.Connection) -> None:
     action_id = put_in_state(conn, db, ActionState.ADMITTED, "epoch-admitted")
-    refused(conn, f"UPDATE {table_of(db)} SET epoch = epoch + 1 WHERE id = %s", (action_id,), "only a claim")
+    refused(
+        conn,
+        f"UPDATE {table_of(db)} SET epoch = epoch + 1 WHERE id = %s",
+        (action_id,),
+        "only a claim",
+    )
 
 
-def test_a_workspace_kind_needs_a_workspace_and_an_instance_level_kind_does_not(db: OutboxTestDatabase, conn: psycopg.Connection) -> None:
+def test_a_workspace_kind_needs_a_workspace_and_an_instance_level_kind_does_not(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
     insert = (
         f"INSERT INTO {table_of(db)} (kind, at_most_once, instance_level, workspace_id, lane_key, "
         "idempotency_key, payload, max_attempts) VALUES (%s, false, %s, %s, 'l', %s, '{}', 1)"
@@ -176,7 +244,9 @@ def test_a_workspace_kind_needs_a_workspace_and_an_instance_level_kind_does_not(
     conn.execute(insert, ("TEST_NOOP", True, None, "noop-1"))
 
 
-def test_the_kind_flags_on_a_row_must_be_the_registrys(db: OutboxTestDatabase, conn: psycopg.Connection) -> None:
+def test_the_kind_flags_on_a_row_must_be_the_registrys(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
     with pytest.raises(psycopg.errors.ForeignKeyViolation, match="fk_agent_action_kind"):
         conn.execute(
             f"INSERT INTO {table_of(db)} (kind, at_most_once, instance_level, lane_key, idempotency_key, max_attempts) "
@@ -184,8 +254,12 @@ def test_the_kind_flags_on_a_row_must_be_the_registrys(db: OutboxTestDatabase, c
         )
 
 
-@pytest.mark.parametrize("state", sorted(s for s in ActionState if s not in (ActionState.PROPOSED, ActionState.ADMITTED)))
-def test_a_new_action_is_proposed_or_admitted(db: OutboxTestDatabase, conn: psycopg.Connection, state: ActionState) -> None:
+@pytest.mark.parametrize(
+    "state", sorted(s for s in ActionState if s not in (ActionState.PROPOSED, ActionState.ADMITTED))
+)
+def test_a_new_action_is_proposed_or_admitted(
+    db: OutboxTestDatabase, conn: psycopg.Connection, state: ActionState
+) -> None:
     refused(
         conn,
         f"INSERT INTO {table_of(db)} (kind, at_most_once, instance_level, lane_key, idempotency_key, max_attempts, state, stop_reason) "
@@ -193,5 +267,3 @@ def test_a_new_action_is_proposed_or_admitted(db: OutboxTestDatabase, conn: psyc
         (f"new-{state}", str(state)),
         "is PROPOSED or ADMITTED",
     )
-
-

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from outbox_core import MigrationError, MigrationLine
 from outbox_core.action import ACTION_COLUMNS
 from outbox_core.migrations import applied, core_line, migrate, plan, script
@@ -79,20 +78,29 @@ def test_two_migrators_at_once_apply_each_file_exactly_once(empty_db: str) -> No
     for thread in threads:
         thread.join(60)
     assert errors == []
-    assert sorted(results, key=len) == [[], ["core/0001_schema", "core/0002_claim", "fixture/0001_fixture"]]
+    assert sorted(results, key=len) == [
+        [],
+        ["core/0001_schema", "core/0002_claim", "fixture/0001_fixture"],
+    ]
 
 
 def test_a_changed_applied_file_is_refused(empty_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
         migrate(conn, "outbox", [])
-        conn.execute("UPDATE outbox.schema_migration SET checksum = 'edited' WHERE line = 'core' AND version = 1")
-        with pytest.raises(MigrationError, match="core/0001_schema was changed after it was applied"):
+        conn.execute(
+            "UPDATE outbox.schema_migration SET checksum = 'edited' WHERE line = 'core' AND version = 1"
+        )
+        with pytest.raises(
+            MigrationError, match="core/0001_schema was changed after it was applied"
+        ):
             migrate(conn, "outbox", [])
 
 
 def test_a_line_name_used_twice_names_both_registrants() -> None:
     other = MigrationLine("fixture", "somewhere_else", "migrations", "outbox-other")
-    with pytest.raises(MigrationError, match="registered twice: by .*outbox_core_tests_fixture.*outbox-other"):
+    with pytest.raises(
+        MigrationError, match="registered twice: by .*outbox_core_tests_fixture.*outbox-other"
+    ):
         plan([FIXTURE, other], {})
 
 
@@ -100,7 +108,8 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
         migrate(conn, "outbox", [])
         columns = {
-            row[0] for row in conn.execute(
+            row[0]
+            for row in conn.execute(
                 "SELECT column_name FROM information_schema.columns "
                 "WHERE table_schema = 'outbox' AND table_name = 'agent_action'"
             )
@@ -108,9 +117,18 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         read = {name.strip() for name in ACTION_COLUMNS.split(",")}
         assert read <= columns
         assert columns - read == {"at_most_once", "instance_level"}
-        indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'outbox'")}
-        assert {"ux_agent_action_lane_executing", "ux_agent_action_idempotency_key", "ix_agent_action_lane_live"} <= indexes
-        triggers = {row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
+        indexes = {
+            row[0]
+            for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'outbox'")
+        }
+        assert {
+            "ux_agent_action_lane_executing",
+            "ux_agent_action_idempotency_key",
+            "ix_agent_action_lane_live",
+        } <= indexes
+        triggers = {
+            row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+        }
         assert {"guard_agent_action", "guard_agent_action_insert"} <= triggers
         # Every statement the code runs plans against the migrated schema.
         for name, query in core_queries("outbox").items():
@@ -122,22 +140,32 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
                     raise AssertionError(f"statement {name} does not plan: {exc}") from exc
 
 
-def test_the_printed_script_applied_by_psql_is_what_migrate_would_have_done(outbox_server: str, empty_db: str) -> None:
+def test_the_printed_script_applied_by_psql_is_what_migrate_would_have_done(
+    outbox_server: str, empty_db: str
+) -> None:
     text = script("outbox", plan([FIXTURE], {}))
-    assert "INSERT INTO \"outbox\".schema_migration" in text
+    assert 'INSERT INTO "outbox".schema_migration' in text
     completed = subprocess.run(
-        ["psql", "-v", "ON_ERROR_STOP=1", "-q", empty_db], input=text, text=True, capture_output=True, check=False
+        ["psql", "-v", "ON_ERROR_STOP=1", "-q", empty_db],
+        input=text,
+        text=True,
+        capture_output=True,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     with psycopg.connect(empty_db, autocommit=True) as conn:
         assert migrate(conn, "outbox", [FIXTURE]) == []
-        assert conn.execute("SELECT count(*) FROM outbox.action_kind WHERE kind = 'FIXTURE_KIND'").fetchone() == (1,)
+        assert conn.execute(
+            "SELECT count(*) FROM outbox.action_kind WHERE kind = 'FIXTURE_KIND'"
+        ).fetchone() == (1,)
 
 
 def test_another_schema_name_holds_its_own_copy(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
         migrate(conn, "jobs_two", [])
-        assert conn.execute("SELECT to_regclass('jobs_two.agent_action') IS NOT NULL").fetchone() == (True,)
+        assert conn.execute(
+            "SELECT to_regclass('jobs_two.agent_action') IS NOT NULL"
+        ).fetchone() == (True,)
         assert conn.execute("SELECT to_regclass('outbox.agent_action')").fetchone() == (None,)
 
 

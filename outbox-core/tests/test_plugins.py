@@ -11,16 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from outbox_core import ActionAdapter, ActionVariants, Done, RegistrationError, hookspecs
+from outbox_core import ActionAdapter, Done, RegistrationError, hookspecs
 from outbox_core.errors import PluginLoadError
 from outbox_core.plugins import build_host, forget_loaded_plugins, load_plugins
 from outbox_core.registry import KindRegistry
 
-from .kinds import NoopAdapter, Step
+from .kinds import NoopAdapter
 
 
-def install_fake_distribution(root: Path, name: str, module: str, source: str | None, version: str = "1.2.3") -> None:
+def install_fake_distribution(
+    root: Path, name: str, module: str, source: str | None, version: str = "1.2.3"
+) -> None:
     """A distribution on sys.path: its metadata, its entry point, and (optionally) its module."""
     info = root / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
@@ -75,16 +76,29 @@ def test_an_installed_plugin_is_found_by_its_entry_point(site: Path) -> None:
     assert load_plugins() is host  # loaded once
 
 
-def test_a_plugin_that_fails_to_import_stops_start_up_naming_its_distribution(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    install_fake_distribution(site, "outbox-broken", "outbox_broken_plugin", "import no_such_module_anywhere\n", version="0.9.1")
-    with pytest.raises(PluginLoadError, match=r"plugin 'broken' from outbox-broken 0\.9\.1 failed to load .*No module named 'no_such_module_anywhere'.*OUTBOX_DISABLE_PLUGINS=broken"):
+def test_a_plugin_that_fails_to_import_stops_start_up_naming_its_distribution(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_fake_distribution(
+        site,
+        "outbox-broken",
+        "outbox_broken_plugin",
+        "import no_such_module_anywhere\n",
+        version="0.9.1",
+    )
+    with pytest.raises(
+        PluginLoadError,
+        match=r"plugin 'broken' from outbox-broken 0\.9\.1 failed to load .*No module named 'no_such_module_anywhere'.*OUTBOX_DISABLE_PLUGINS=broken",
+    ):
         load_plugins()
     monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "broken")
     host = load_plugins()
     assert host.blocked == ["broken"]
 
 
-def test_a_plugin_can_be_blocked_by_its_distribution_name_or_left_out_of_an_allowlist(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plugin_can_be_blocked_by_its_distribution_name_or_left_out_of_an_allowlist(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
     monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "outbox-fake")
     assert "FAKE_KIND" not in load_plugins().registry
@@ -96,14 +110,22 @@ def test_a_plugin_can_be_blocked_by_its_distribution_name_or_left_out_of_an_allo
 
 
 def test_a_plugin_whose_hook_raises_is_named(site: Path) -> None:
-    install_fake_distribution(site, "outbox-angry", "outbox_angry_plugin", """
+    install_fake_distribution(
+        site,
+        "outbox-angry",
+        "outbox_angry_plugin",
+        """
         from outbox_core import hookimpl
 
         @hookimpl
         def outbox_register_kinds(register):
             raise RuntimeError("boom")
-    """)
-    with pytest.raises(PluginLoadError, match="plugin 'angry' from outbox-angry 1.2.3 failed in outbox_register_kinds: RuntimeError: boom"):
+    """,
+    )
+    with pytest.raises(
+        PluginLoadError,
+        match="plugin 'angry' from outbox-angry 1.2.3 failed in outbox_register_kinds: RuntimeError: boom",
+    ):
         load_plugins()
 
 
@@ -113,7 +135,10 @@ def test_a_kind_registered_twice_names_both_registrants() -> None:
 
     registry = KindRegistry()
     registry.register(NoopAdapter, distribution="outbox-first", version="1.0")
-    with pytest.raises(RegistrationError, match="kind TEST_NOOP is registered twice: by NoopAdapter from outbox-first 1.0 and by .*Again from outbox-second 2.0"):
+    with pytest.raises(
+        RegistrationError,
+        match="kind TEST_NOOP is registered twice: by NoopAdapter from outbox-first 1.0 and by .*Again from outbox-second 2.0",
+    ):
         registry.register(Again, distribution="outbox-second", version="2.0")
 
 
@@ -144,24 +169,33 @@ def test_application_plugins_register_like_installed_ones() -> None:
     def outbox_register_kinds(register: Any) -> None:
         register(NoopAdapter)
 
-    host = build_host([("app", SimpleNamespace(outbox_register_kinds=outbox_register_kinds))], use_entry_points=False)
+    host = build_host(
+        [("app", SimpleNamespace(outbox_register_kinds=outbox_register_kinds))],
+        use_entry_points=False,
+    )
     assert host.registry.kinds == ["TEST_NOOP"]
 
 
 def test_every_hook_is_documented_with_a_typed_signature() -> None:
-    specs = [obj for name, obj in vars(hookspecs).items() if name.startswith("outbox_") and callable(obj)]
+    specs = [
+        obj for name, obj in vars(hookspecs).items() if name.startswith("outbox_") and callable(obj)
+    ]
     assert len(specs) >= 4
     for spec in specs:
         assert (spec.__doc__ or "").strip(), f"{spec.__name__} has no docstring"
         signature = inspect.signature(spec)
-        assert all(p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()), spec.__name__
+        assert all(
+            p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()
+        ), spec.__name__
 
 
 def test_the_plugins_command_prints_json(site: Path) -> None:
     install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
     completed = subprocess.run(
         [sys.executable, "-m", "outbox_core.cli", "plugins"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
     )
     assert completed.returncode == 0, completed.stderr
@@ -171,5 +205,3 @@ def test_the_plugins_command_prints_json(site: Path) -> None:
     fake = by_dist["outbox-fake"]["kinds"][0]
     assert fake["kind"] == "FAKE_KIND"
     assert fake["variants"]["shape"] == "one"
-
-

@@ -62,7 +62,8 @@ class ActionAdapter(abc.ABC):
         """What this adapter decodes. There is no default: every adapter declares it."""
         raise RegistrationError(
             f"{cls.__module__}.{cls.__qualname__} declares no variants(): say what it decodes "
-            "with ActionVariants.one(Model), .tagged(tag, body, bodies) or .key_suffix(values, Model)"
+            "with ActionVariants.one(Model), .tagged(tag, body, bodies) "
+            "or .key_suffix(values, Model)"
         )
 
     @classmethod
@@ -93,7 +94,7 @@ class ActionAdapter(abc.ABC):
             and not getattr(own, "__isabstractmethod__", False)
             and not getattr(own, "_outbox_guarded", False)
         ):
-            cls.execute = _guard(own)  # type: ignore[method-assign]
+            setattr(cls, "execute", _guard(own))  # noqa: B010 (mypy: a method replaced on purpose)
 
 
 def _guard(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,13 +28,7 @@ class AttemptBackend(Protocol):
 
     def lease_transaction(
         self, action_id: int, epoch: int
-    ) -> AsyncIteratorContext: ...
-
-
-class AsyncIteratorContext(Protocol):
-    async def __aenter__(self) -> AsyncConnection[Any]: ...
-
-    async def __aexit__(self, *exc: object) -> bool | None: ...
+    ) -> AbstractAsyncContextManager[AsyncConnection[Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,13 +108,25 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(help=(__doc__ or "") + CONFIG_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--database-url", metavar="URL", help="postgresql:// URL (default: OUTBOX_DATABASE_URL)")
-@click.option("--schema", metavar="NAME", help="schema of outbox's tables (default: OUTBOX_SCHEMA or outbox)")
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="TOML file with an [outbox] table (default: OUTBOX_CONFIG)")
+@click.group(
+    help=(__doc__ or "") + CONFIG_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.option(
+    "--database-url", metavar="URL", help="postgresql:// URL (default: OUTBOX_DATABASE_URL)"
+)
+@click.option(
+    "--schema", metavar="NAME", help="schema of outbox's tables (default: OUTBOX_SCHEMA or outbox)"
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file with an [outbox] table (default: OUTBOX_CONFIG)",
+)
 @click.version_option(package_name="outbox-core", prog_name="outbox")
 @click.pass_context
-def main(ctx: click.Context, database_url: str | None, schema: str | None, config: Path | None) -> None:
+def main(
+    ctx: click.Context, database_url: str | None, schema: str | None, config: Path | None
+) -> None:
     import os
 
     if config is not None:
@@ -131,7 +143,9 @@ def main(ctx: click.Context, database_url: str | None, schema: str | None, confi
 
 @main.command(epilog=CONFIG_HELP)
 @click.option("--print", "print_sql", is_flag=True, help="print the SQL instead of applying it")
-@click.option("--all", "print_all", is_flag=True, help="with --print: every migration, not only pending ones")
+@click.option(
+    "--all", "print_all", is_flag=True, help="with --print: every migration, not only pending ones"
+)
 @click.pass_obj
 @_guard
 def migrate(state: State, print_sql: bool, print_all: bool) -> None:
@@ -184,7 +198,10 @@ def plugins(state: State) -> None:
                 if line.name in plugin["migration_lines"]:
                     versions = [m.version for m in line.files()]
                     have = [v for v in versions if (line.name, v) in done]
-                    status[line.name] = {"applied": have, "pending": [v for v in versions if v not in have]}
+                    status[line.name] = {
+                        "applied": have,
+                        "pending": [v for v in versions if v not in have],
+                    }
             plugin["migrations"] = status
     out = {"plugins": described, "blocked": host.blocked}
     click.echo(json.dumps(out, indent=2, default=str))
@@ -218,18 +235,32 @@ def print_status(report: Any) -> None:
     for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for kind in report.kinds:
-        table.add_row(kind.kind, str(kind.due), str(kind.executing),
-                      f"{kind.oldest_due_age_seconds:.1f} s", str(kind.uncertain),
-                      str(kind.lanes_blocked))
+        table.add_row(
+            kind.kind,
+            str(kind.due),
+            str(kind.executing),
+            f"{kind.oldest_due_age_seconds:.1f} s",
+            str(kind.uncertain),
+            str(kind.lanes_blocked),
+        )
     console.print(table)
     if report.blocked:
         lanes = Table(title="blocked lanes (oldest first)")
         for column in ("lane", "head", "head kind", "why", "since"):
             lanes.add_column(column)
         for lane in report.blocked:
-            why = "head from a newer build" if lane.foreign_head else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
-            lanes.add_row(lane.lane_key, str(lane.head_id), lane.head_kind, why,
-                          f"{lane.since:%Y-%m-%d %H:%M:%S}")
+            why = (
+                "head from a newer build"
+                if lane.foreign_head
+                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
+            )
+            lanes.add_row(
+                lane.lane_key,
+                str(lane.head_id),
+                lane.head_kind,
+                why,
+                f"{lane.since:%Y-%m-%d %H:%M:%S}",
+            )
         console.print(lanes)
 
 
@@ -269,8 +300,10 @@ def cancel(state: State, action_id: int) -> None:
                 await conn.rollback()
                 if row is None:
                     fail(f"no action {action_id}")
-                fail(f"action {action_id} is {row[7]}: only an action that has not started "
-                     "(PROPOSED or ADMITTED) can be cancelled")
+                fail(
+                    f"action {action_id} is {row[7]}: only an action that has not started "
+                    "(PROPOSED or ADMITTED) can be cancelled"
+                )
             await conn.commit()
             return cancelled
 
@@ -300,17 +333,33 @@ def erase(state: State, subject: str) -> None:
             return report
 
     report = asyncio.run(go())
-    click.echo(json.dumps({"subject": subject, "actions": report.actions, "catalogs": report.catalogs}))
+    click.echo(
+        json.dumps({"subject": subject, "actions": report.actions, "catalogs": report.catalogs})
+    )
 
 
 @main.command(epilog=CONFIG_HELP)
 @click.option("--concurrency", type=click.IntRange(min=1), help="attempts running at once")
 @click.option("--kinds", metavar="KIND,KIND", help="serve only these kinds")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), help="expose metrics for Prometheus on this port")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="embedded server's data folder (no database configured)")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="expose metrics for Prometheus on this port",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="embedded server's data folder (no database configured)",
+)
 @click.pass_obj
 @_guard
-def run(state: State, concurrency: int | None, kinds: str | None, metrics_port: int | None, data_dir: Path | None) -> None:
+def run(
+    state: State,
+    concurrency: int | None,
+    kinds: str | None,
+    metrics_port: int | None,
+    data_dir: Path | None,
+) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
 
     On SIGTERM it stops claiming, lets running attempts finish within OUTBOX_SHUTDOWN_SECONDS,
@@ -325,8 +374,11 @@ def run(state: State, concurrency: int | None, kinds: str | None, metrics_port: 
         known = state.outbox().registry.kinds
         unknown = [kind for kind in chosen if kind not in known]
         if unknown or not chosen:
-            fail(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; installed kinds: "
-                 f"{', '.join(known) or 'none'}", EXIT_USAGE)
+            fail(
+                f"--kinds: unknown {', '.join(unknown) or '(none given)'}; installed kinds: "
+                f"{', '.join(known) or 'none'}",
+                EXIT_USAGE,
+            )
     if metrics_port is not None:
         from .metrics_export import serve_prometheus
 
@@ -368,8 +420,11 @@ def database(settings: OutboxSettings, data_dir: Path | None) -> Iterator[str]:
     server = EmbeddedPostgres(data_dir)
     server.start()
     try:
-        click.echo(f"outbox: no database configured; using an embedded PostgreSQL in {server.data_dir} "
-                   "(set OUTBOX_DATABASE_URL in production)", err=True)
+        click.echo(
+            f"outbox: no database configured; using an embedded PostgreSQL in {server.data_dir} "
+            "(set OUTBOX_DATABASE_URL in production)",
+            err=True,
+        )
         with connected(server.url, autocommit=True) as conn:
             apply(conn, settings.schema_name, load_plugins().migration_lines)
         yield server.url

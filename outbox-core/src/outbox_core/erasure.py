@@ -25,8 +25,6 @@ class PersonDataCatalog(Protocol):
         ...
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class ErasureReport:
     """How many actions were deleted, and what each catalog erased."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .errors import ConfigurationError
 
 
-def serve_prometheus(port: int, host: str = "0.0.0.0") -> None:  # noqa: S104
+def serve_prometheus(port: int, host: str = "0.0.0.0") -> None:
     """Install an SDK meter provider whose reader serves /metrics on ``port``."""
     try:
         from opentelemetry import metrics

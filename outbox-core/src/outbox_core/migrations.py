@@ -184,9 +184,7 @@ def migrate(
             if migration.line != CORE_LINE:
                 have = {v for (line, v) in applied(conn, schema) if line == CORE_LINE}
                 if not core_files <= have:
-                    raise MigrationError(
-                        f"{migration.label} needs the core line applied first"
-                    )
+                    raise MigrationError(f"{migration.label} needs the core line applied first")
             _apply(conn, schema, migration)
         return pending
     finally:

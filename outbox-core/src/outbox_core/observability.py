@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,10 @@ def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
             "%s %s",
             name,
             details,
-            extra={"event": name, **{key.replace("_", "."): value for key, value in fields.items()}},
+            extra={
+                "event": name,
+                **{key.replace("_", "."): value for key, value in fields.items()},
+            },
         )
 
 
@@ -42,8 +45,9 @@ def action_event(
         extra = {"event": name, "action.id": action_id, "action.kind": kind}
         extra.update({f"action.{key}": value for key, value in fields.items()})
         details = "".join(f" {key}={value}" for key, value in fields.items())
-        logger.log(level, "%s action.id=%s action.kind=%s%s", name, action_id, kind, details,
-                   extra=extra)
+        logger.log(
+            level, "%s action.id=%s action.kind=%s%s", name, action_id, kind, details, extra=extra
+        )
 
 
 @dataclass
@@ -58,19 +62,33 @@ class BacklogSnapshot:
 
 
 class Instruments:
-    """The executor's instruments. One per executor; the meter is the global provider's."""
+    """The instruments of this process: created once (an instrument registered twice under one
+    name would keep only its first callback), shared by every executor in the process."""
 
-    def __init__(self, kinds: Iterable[str]) -> None:
+    _shared: Instruments | None = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, kinds: Iterable[str] = ()) -> Instruments:
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            cls._shared.kinds.update(kinds)
+            return cls._shared
+
+    def __init__(self) -> None:
         meter = metrics.get_meter(METER_NAME)
-        self.kinds = sorted(kinds)
+        self.kinds: set[str] = set()
         self.snapshot = BacklogSnapshot()
         self._lock = threading.Lock()
         self.attempts = meter.create_counter(
-            "action.attempts", unit="{attempt}",
+            "action.attempts",
+            unit="{attempt}",
             description="Attempts that ran, by kind and result (Done, Retry, Defer, ...)",
         )
         self.ended = meter.create_counter(
-            "action.ended", unit="{action}",
+            "action.ended",
+            unit="{action}",
             description="Actions that ended, by kind, state and stop reason",
         )
         self.claimed = meter.create_counter(
@@ -85,21 +103,28 @@ class Instruments:
         for name, attribute, description in (
             ("action.backlog.due", "due", "Admitted actions that are due, by kind"),
             ("action.backlog.executing", "executing", "Executing actions, by kind"),
-            ("action.backlog.oldest_due_age", "oldest_due_age",
-             "Seconds the oldest due action has waited, by kind"),
+            (
+                "action.backlog.oldest_due_age",
+                "oldest_due_age",
+                "Seconds the oldest due action has waited, by kind",
+            ),
             ("action.backlog.uncertain", "uncertain", "Actions that ended UNCERTAIN, by kind"),
-            ("action.lanes.blocked", "lanes_blocked",
-             "Lanes whose head waits with actions behind it, by head kind"),
+            (
+                "action.lanes.blocked",
+                "lanes_blocked",
+                "Lanes whose head waits with actions behind it, by head kind",
+            ),
         ):
             meter.create_observable_gauge(
                 name, callbacks=[self._observer(attribute)], description=description
             )
 
-    def _observer(self, attribute: str):  # type: ignore[no-untyped-def]
+    def _observer(self, attribute: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             with self._lock:
                 values: dict[str, float] = dict(getattr(self.snapshot, attribute))
-            return [Observation(values.get(kind, 0), {"kind": kind}) for kind in self.kinds]
+                kinds = sorted(self.kinds | set(values))
+            return [Observation(values.get(kind, 0), {"kind": kind}) for kind in kinds]
 
         return observe
 

@@ -88,11 +88,14 @@ class Outbox:
             if not isinstance(value, str) or not value.strip():
                 raise InvalidRequest(name, "must be a non-empty string")
         max_attempts = (
-            request.max_attempts if request.max_attempts is not None
+            request.max_attempts
+            if request.max_attempts is not None
             else adapter.default_max_attempts
         )
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidRequest("max_attempts", f"must be an integer of at least 1, got {max_attempts!r}")
+            raise InvalidRequest(
+                "max_attempts", f"must be an integer of at least 1, got {max_attempts!r}"
+            )
         if request.workspace_id is None and not adapter.instance_level:
             raise InvalidRequest(
                 "workspace_id",
@@ -193,7 +196,8 @@ class Outbox:
             # failure first, so reaching here means the row vanished (an erasure).
             raise InvalidRequest(
                 "idempotency_key",
-                f"{prepared.request.idempotency_key!r} conflicted with an action that is gone; retry",
+                f"{prepared.request.idempotency_key!r} conflicted with an action that is gone; "
+                "retry",
             )
         return Enqueued(found[prepared.request.idempotency_key], False)
 
@@ -208,9 +212,15 @@ class Outbox:
         self._refuse_inner_conflicts(prepared)
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
         with conn.transaction():
-            rows = conn.execute(self.queries["enqueue_many"], self._many_params(prepared)).fetchall()
+            rows = conn.execute(
+                self.queries["enqueue_many"], self._many_params(prepared)
+            ).fetchall()
             created = {key: action_id for key, action_id, _ in rows}
-            missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
+            missing = [
+                p.request.idempotency_key
+                for p in prepared
+                if p.request.idempotency_key not in created
+            ]
             existing: dict[str, int] = {}
             if missing:
                 found = conn.execute(self.queries["find_by_keys"], {"keys": missing}).fetchall()
@@ -229,7 +239,11 @@ class Outbox:
         async with conn.transaction():
             cursor = await conn.execute(self.queries["enqueue_many"], self._many_params(prepared))
             created = {key: action_id for key, action_id, _ in await cursor.fetchall()}
-            missing = [p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created]
+            missing = [
+                p.request.idempotency_key
+                for p in prepared
+                if p.request.idempotency_key not in created
+            ]
             existing: dict[str, int] = {}
             if missing:
                 cursor = await conn.execute(self.queries["find_by_keys"], {"keys": missing})
@@ -286,11 +300,16 @@ class Outbox:
         return row is not None
 
     async def cancel(
-        self, conn: AsyncConnection[Any], action_id: int, reason: str = StopReason.OPERATOR_CANCELLED
+        self,
+        conn: AsyncConnection[Any],
+        action_id: int,
+        reason: str = StopReason.OPERATOR_CANCELLED,
     ) -> Action | None:
         """End an action that has not started (PROPOSED or ADMITTED) as CANCELLED, calling its
         kind's ``ended`` in ``conn``'s transaction. None when it has started or ended."""
-        cursor = await conn.execute(self.queries["cancel_unstarted"], {"id": action_id, "reason": reason})
+        cursor = await conn.execute(
+            self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
+        )
         row = await cursor.fetchone()
         if row is None:
             return None
@@ -321,7 +340,9 @@ class Outbox:
                 self.decode(action)
         return actions
 
-    def by_keys(self, conn: Connection[Any], keys: Sequence[str], *, decode: bool = True) -> list[Action]:
+    def by_keys(
+        self, conn: Connection[Any], keys: Sequence[str], *, decode: bool = True
+    ) -> list[Action]:
         """The actions holding these idempotency keys, unfiltered (see :meth:`lane`)."""
         rows = conn.execute(self.queries["actions_by_keys"], {"keys": list(keys)}).fetchall()
         actions = [Action.from_row(row) for row in rows]
@@ -340,7 +361,9 @@ class Outbox:
         if action.payload is None:
             return None
         entry = self.registry.get(action.kind)
-        return entry.variants.decode_or_raise(action.payload, action.idempotency_key, kind=action.kind)
+        return entry.variants.decode_or_raise(
+            action.payload, action.idempotency_key, kind=action.kind
+        )
 
 
 _default: Outbox | None = None

@@ -59,22 +59,28 @@ class PluginHost:
     def describe(self) -> list[dict[str, Any]]:
         """For ``outbox plugins``: one entry per plugin with its kinds and lines."""
         out = []
-        for info in [PluginInfo("core", "outbox-core", _version("outbox-core"), "outbox_core"),
-                     *self.plugins]:
+        for info in [
+            PluginInfo("core", "outbox-core", _version("outbox-core"), "outbox_core"),
+            *self.plugins,
+        ]:
             kinds = [
-                entry.describe() for entry in self.registry
+                entry.describe()
+                for entry in self.registry
                 if entry.distribution == info.distribution
             ]
-            lines = [line.name for line in self.migration_lines
-                     if line.distribution == info.distribution]
-            out.append({
-                "name": info.name,
-                "distribution": info.distribution,
-                "version": info.version,
-                "module": info.module,
-                "kinds": kinds,
-                "migration_lines": lines,
-            })
+            lines = [
+                line.name for line in self.migration_lines if line.distribution == info.distribution
+            ]
+            out.append(
+                {
+                    "name": info.name,
+                    "distribution": info.distribution,
+                    "version": info.version,
+                    "module": info.module,
+                    "kinds": kinds,
+                    "migration_lines": lines,
+                }
+            )
         return out
 
 
@@ -201,7 +207,9 @@ def _call_each(
             kwargs = kwargs_for(info)
             impl.function(**{name: kwargs[name] for name in impl.argnames if name in kwargs})
         except (RegistrationError, PluginLoadError) as exc:
-            raise type(exc)(f"plugin {info.name!r} ({info.distribution} {info.version}): {exc}") from exc
+            raise type(exc)(
+                f"plugin {info.name!r} ({info.distribution} {info.version}): {exc}"
+            ) from exc
         except Exception as exc:
             raise PluginLoadError(
                 f"plugin {info.name!r} from {info.distribution} {info.version} failed in "

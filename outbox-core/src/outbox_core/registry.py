@@ -73,7 +73,9 @@ class KindRegistry:
     ) -> RegisteredKind:
         where = f"{distribution} {version}".strip()
         if not (isinstance(adapter, type) and issubclass(adapter, ActionAdapter)):
-            raise RegistrationError(f"{where}: register() takes an ActionAdapter subclass, got {adapter!r}")
+            raise RegistrationError(
+                f"{where}: register() takes an ActionAdapter subclass, got {adapter!r}"
+            )
         kind = getattr(adapter, "kind", None)
         if not isinstance(kind, str) or not KIND_NAME.match(kind):
             raise RegistrationError(
@@ -83,7 +85,8 @@ class KindRegistry:
         variants = adapter.variants()  # raises RegistrationError when not declared
         if not isinstance(variants, ActionVariants):
             raise RegistrationError(
-                f"{where}: {adapter.__qualname__}.variants() returned {variants!r}, not ActionVariants"
+                f"{where}: {adapter.__qualname__}.variants() returned {variants!r}, "
+                "not ActionVariants"
             )
         existing = self._kinds.get(kind)
         if existing is not None and existing.adapter is not adapter:

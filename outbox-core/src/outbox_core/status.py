@@ -61,13 +61,15 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         )
     for kind, count in conn.execute(outbox.queries["uncertain_counts"], {"kinds": flt.kinds}):
         stats.setdefault(kind, {})["uncertain"] = count
-    blocked = []
+    blocked: list[BlockedLane] = []
     counts: dict[str, int] = {}
     rows = conn.execute(outbox.queries["blocked_lanes"], {**params, "limit": 100_000}).fetchall()
     for kind, lane_key, head_id, head_state, head_due, since, foreign in rows:
         counts[kind] = counts.get(kind, 0) + 1
         if len(blocked) < lanes:
-            blocked.append(BlockedLane(lane_key, head_id, kind, head_state, head_due, foreign, since))
+            blocked.append(
+                BlockedLane(lane_key, head_id, kind, head_state, head_due, foreign, since)
+            )
     for kind, count in counts.items():
         stats.setdefault(kind, {})["lanes_blocked"] = count
     return StatusReport(

@@ -136,7 +136,8 @@ class ActionVariants:
             extra = set(payload) - {self.tag, self.body}
             if extra:
                 raise InvalidRequest("payload", f"{kind} has no properties {sorted(extra)}")
-            return _validate(self.bodies[tag], payload.get(self.body), f"payload.{self.body}", kind)
+            model = self.bodies[str(tag)]
+            return _validate(model, payload.get(self.body), f"payload.{self.body}", kind)
         assert self.model is not None
         return _validate(self.model, payload, "payload", kind)
 

@@ -67,9 +67,11 @@ class Executor:
         self.filter: KindFilter = registry.filter(self.kinds)
         self._adapters: dict[str, ActionAdapter] = dict(adapters or {})
         self.queries = outbox.queries
-        self.instruments = Instruments(self.kinds)
+        self.instruments = Instruments.shared(self.kinds)
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        self._fencer: Batcher[tuple[int, int], bool] = Batcher(self._flush_fences, name="outbox-fencer")
+        self._fencer: Batcher[tuple[int, int], bool] = Batcher(
+            self._flush_fences, name="outbox-fencer"
+        )
         self._ender: Batcher[Ending, bool] = Batcher(self._flush_endings, name="outbox-ender")
         self._running: set[asyncio.Task[None]] = set()
         self._kind_slots: dict[str, asyncio.Semaphore] = {}
@@ -230,9 +232,18 @@ class Executor:
             claimed = _claimed(row)
             if op in ATTEMPT_OPS:
                 self.instruments.claimed.add(1, {"kind": claimed.kind, "op": op})
-                action_event("action.claimed", claimed.id, claimed.kind, level=logging.DEBUG,
-                             epoch=claimed.epoch, attempt=claimed.attempt, op=op)
-                task = asyncio.create_task(self._attempt(claimed), name=f"outbox-attempt-{claimed.id}")
+                action_event(
+                    "action.claimed",
+                    claimed.id,
+                    claimed.kind,
+                    level=logging.DEBUG,
+                    epoch=claimed.epoch,
+                    attempt=claimed.attempt,
+                    op=op,
+                )
+                task = asyncio.create_task(
+                    self._attempt(claimed), name=f"outbox-attempt-{claimed.id}"
+                )
             else:
                 task = asyncio.create_task(self._reap(op, row), name=f"outbox-reap-{claimed.id}")
             self._running.add(task)
@@ -244,8 +255,12 @@ class Executor:
         self._running.discard(task)
         self._capacity.set()
         if not task.cancelled() and task.exception() is not None:
-            event("executor.task.failed", level=logging.ERROR, task=task.get_name(),
-                  error=repr(task.exception()))
+            event(
+                "executor.task.failed",
+                level=logging.ERROR,
+                task=task.get_name(),
+                error=repr(task.exception()),
+            )
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -253,14 +268,18 @@ class Executor:
         entry = self.entries[claimed.kind]
         adapter = self.adapter(claimed.kind)
         try:
-            body = entry.variants.decode(claimed.payload, claimed.idempotency_key, kind=claimed.kind)
+            body = entry.variants.decode(
+                claimed.payload, claimed.idempotency_key, kind=claimed.kind
+            )
         except InvalidRequest as exc:
             # The path filter let it through, so the kind and its variant are known; a payload
             # that still does not decode is not failed here (a newer build may own it).
-            action_event("action.undecodable", claimed.id, claimed.kind, level=logging.ERROR,
-                         error=str(exc))
-            await self._ender.submit(self._facts(claimed, adapter, fenced=False).defer(
-                timedelta(minutes=5)))
+            action_event(
+                "action.undecodable", claimed.id, claimed.kind, level=logging.ERROR, error=str(exc)
+            )
+            await self._ender.submit(
+                self._facts(claimed, adapter, fenced=False).defer(timedelta(minutes=5))
+            )
             return
         attempt = ActionAttempt(claimed, self, body)
         slots = self._slots_for(claimed.kind, adapter)
@@ -273,9 +292,14 @@ class Executor:
                 result = await asyncio.wait_for(adapter.execute(attempt), timeout)
             except Exception as exc:
                 result = exc
-                action_event("action.attempt.raised", claimed.id, claimed.kind,
-                             level=logging.WARNING, error=type(exc).__name__,
-                             fenced=attempt.fenced)
+                action_event(
+                    "action.attempt.raised",
+                    claimed.id,
+                    claimed.kind,
+                    level=logging.WARNING,
+                    error=type(exc).__name__,
+                    fenced=attempt.fenced,
+                )
             finally:
                 egress_reset(token)
         self.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
@@ -291,8 +315,14 @@ class Executor:
             return
         changed = await self._ender.submit(ending)
         if not changed:
-            action_event("action.end.stale", claimed.id, claimed.kind, level=logging.WARNING,
-                         epoch=claimed.epoch, result=ending.result)
+            action_event(
+                "action.end.stale",
+                claimed.id,
+                claimed.kind,
+                level=logging.WARNING,
+                epoch=claimed.epoch,
+                result=ending.result,
+            )
 
     def _facts(self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool) -> _Facts:
         return _Facts(
@@ -332,8 +362,16 @@ class Executor:
                 target, reason = ActionState.CANCELLED, StopReason.EXPIRED
             case _:
                 raise AssertionError(op)
-        ending = Ending(claimed.id, claimed.kind, claimed.lane_key, claimed.epoch, state, target,
-                        result=op, stop_reason=reason)
+        ending = Ending(
+            claimed.id,
+            claimed.kind,
+            claimed.lane_key,
+            claimed.epoch,
+            state,
+            target,
+            result=op,
+            stop_reason=reason,
+        )
         await self._ender.submit(ending)
 
     # -- the write fence -----------------------------------------------------------------------
@@ -353,9 +391,13 @@ class Executor:
         return [action_id in passed for action_id, _ in requests]
 
     @asynccontextmanager
-    async def lease_transaction(self, action_id: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
+    async def lease_transaction(
+        self, action_id: int, epoch: int
+    ) -> AsyncIterator[AsyncConnection[Any]]:
         async with self._pool().connection() as conn, conn.transaction():
-            cursor = await conn.execute(self.queries["hold_lease"], {"id": action_id, "epoch": epoch})
+            cursor = await conn.execute(
+                self.queries["hold_lease"], {"id": action_id, "epoch": epoch}
+            )
             if await cursor.fetchone() is None:
                 raise LeaseLost(
                     f"action {action_id}: epoch {epoch} no longer holds it; nothing was written"
@@ -382,22 +424,21 @@ class Executor:
     async def _write_endings(self, endings: Sequence[Ending]) -> list[bool]:
         params = _ending_params(endings)
         by_id = {ending.action_id: ending for ending in endings}
-        async with self._pool().connection() as conn:
-            async with conn.transaction():
-                cursor = await conn.execute(self.queries["end_actions"], params, prepare=True)
-                actions = [Action.from_row(row) for row in await cursor.fetchall()]
-                await self._hooks(conn, actions, by_id)
-                lanes = {}
-                for action in actions:
-                    if action.state.ended:
-                        at = None
-                    elif action.state is ActionState.ADMITTED:
-                        at = action.due_at
-                    else:
-                        at = action.lease_until
-                    previous = lanes.get(action.lane_key, at)
-                    lanes[action.lane_key] = at if previous is None or at is None else min(at, previous)
-                missed = await self._lower(conn, lanes)
+        async with self._pool().connection() as conn, conn.transaction():
+            cursor = await conn.execute(self.queries["end_actions"], params, prepare=True)
+            actions = [Action.from_row(row) for row in await cursor.fetchall()]
+            await self._hooks(conn, actions, by_id)
+            lanes: dict[str, datetime | None] = {}
+            for action in actions:
+                if action.state.ended:
+                    at = None
+                elif action.state is ActionState.ADMITTED:
+                    at = action.due_at
+                else:
+                    at = action.lease_until
+                previous = lanes.get(action.lane_key, at)
+                lanes[action.lane_key] = at if previous is None or at is None else min(at, previous)
+            missed = await self._lower(conn, lanes)
         for action in actions:
             self._report_ending(action, by_id[action.id])
         if missed:
@@ -423,12 +464,19 @@ class Executor:
                 ):
                     hint: Retry | Defer = (
                         Defer(ending.delay or timedelta(0), ending.event)
-                        if ending.result == "Defer" else Retry(ending.delay)
+                        if ending.result == "Defer"
+                        else Retry(ending.delay)
                     )
                     await adapter.rescheduled(conn, action, hint)
             except Exception as exc:
-                action_event("action.ended.hook_failed", action.id, action.kind,
-                             level=logging.ERROR, error=repr(exc), state=str(action.state))
+                action_event(
+                    "action.ended.hook_failed",
+                    action.id,
+                    action.kind,
+                    level=logging.ERROR,
+                    error=repr(exc),
+                    state=str(action.state),
+                )
                 raise _HookFailed from exc
 
     async def _lower(
@@ -439,7 +487,8 @@ class Executor:
             return {}
         keys = sorted(lanes)
         cursor = await conn.execute(
-            self.queries["lower_lanes"], {"lanes": keys, "at": [lanes[key] for key in keys]},
+            self.queries["lower_lanes"],
+            {"lanes": keys, "at": [lanes[key] for key in keys]},
             prepare=True,
         )
         done = {row[0] for row in await cursor.fetchall()}
@@ -464,16 +513,32 @@ class Executor:
 
     def _report_ending(self, action: Action, ending: Ending) -> None:
         if action.state.ended:
-            self.instruments.ended.add(1, {
-                "kind": action.kind, "state": str(action.state),
-                "stop_reason": action.stop_reason or "",
-            })
+            self.instruments.ended.add(
+                1,
+                {
+                    "kind": action.kind,
+                    "state": str(action.state),
+                    "stop_reason": action.stop_reason or "",
+                },
+            )
             level = logging.WARNING if action.state is ActionState.UNCERTAIN else logging.INFO
-            action_event(_END_EVENT[action.state], action.id, action.kind, level=level,
-                         stop_reason=action.stop_reason, attempt=action.attempt)
+            action_event(
+                _END_EVENT[action.state],
+                action.id,
+                action.kind,
+                level=level,
+                stop_reason=action.stop_reason,
+                attempt=action.attempt,
+            )
         else:
-            action_event(f"action.{ending.result.lower()}", action.id, action.kind,
-                         level=logging.DEBUG, state=str(action.state), attempt=action.attempt)
+            action_event(
+                f"action.{ending.result.lower()}",
+                action.id,
+                action.kind,
+                level=logging.DEBUG,
+                state=str(action.state),
+                attempt=action.attempt,
+            )
 
     # -- run_now, drain and maintenance --------------------------------------------------------
 
@@ -517,8 +582,8 @@ class Executor:
             tasks = self._dispatch(rows)
             ran += len(tasks)
             await asyncio.gather(*tasks)
-            while self._relower:
-                await asyncio.sleep(0.01)
+            if self._relower_task is not None:
+                await self._relower_task
             if not rows and visited == 0:
                 return ran
 
@@ -529,8 +594,16 @@ class Executor:
             cursor = await conn.execute(self.queries["expired_actions"], params)
             rows = await cursor.fetchall()
         endings = [
-            Ending(action_id, kind, lane_key, epoch, ActionState.ADMITTED, ActionState.CANCELLED,
-                   result="expire", stop_reason=StopReason.EXPIRED)
+            Ending(
+                action_id,
+                kind,
+                lane_key,
+                epoch,
+                ActionState.ADMITTED,
+                ActionState.CANCELLED,
+                result="expire",
+                stop_reason=StopReason.EXPIRED,
+            )
             for action_id, kind, lane_key, epoch in rows
         ]
         answers = await asyncio.gather(*(self._ender.submit(ending) for ending in endings))
@@ -543,7 +616,9 @@ class Executor:
         deleted = 0
         async with self._pool().connection() as conn:
             for _ in range(100):
-                cursor = await conn.execute(self.queries["retention_delete"], {"keep": keep, "kinds": kinds})
+                cursor = await conn.execute(
+                    self.queries["retention_delete"], {"keep": keep, "kinds": kinds}
+                )
                 deleted += cursor.rowcount
                 if cursor.rowcount < 1000:
                     break
@@ -569,8 +644,11 @@ class Executor:
         return snapshot
 
     def _filter_params(self) -> dict[str, Any]:
-        return {"kinds": self.filter.kinds, "paths": self.filter.paths,
-                "suffixes": self.filter.suffixes}
+        return {
+            "kinds": self.filter.kinds,
+            "paths": self.filter.paths,
+            "suffixes": self.filter.suffixes,
+        }
 
     async def _maintenance_loop(self) -> None:
         period = self.settings.maintenance_seconds
@@ -580,8 +658,12 @@ class Executor:
                 try:
                     await step()
                 except psycopg.Error as exc:
-                    event("executor.maintenance.failed", level=logging.WARNING,
-                          step=step.__name__, error=str(exc))
+                    event(
+                        "executor.maintenance.failed",
+                        level=logging.WARNING,
+                        step=step.__name__,
+                        error=str(exc),
+                    )
             await asyncio.sleep(period * random.uniform(0.8, 1.2))
 
 
@@ -596,8 +678,22 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedAction:
     # row: op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
     #      state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at,
     #      created_at
-    return ClaimedAction(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[9],
-                         row[10], row[11], row[12], row[13], row[14], row[15])
+    return ClaimedAction(
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        row[14],
+        row[15],
+    )
 
 
 def _ending_params(endings: Sequence[Ending]) -> dict[str, list[Any]]:
@@ -614,4 +710,3 @@ def _ending_params(endings: Sequence[Ending]) -> dict[str, list[Any]]:
         "uncounts": [e.uncount for e in endings],
         "results": [e.result for e in endings],
     }
-

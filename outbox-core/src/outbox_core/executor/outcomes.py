@@ -79,7 +79,7 @@ def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
     """Exponential backoff with full jitter: a random wait in [base/2, min(cap, base*2^(n-1))]."""
     ceiling = min(cap.total_seconds(), base.total_seconds() * (2 ** max(number - 1, 0)))
     floor = min(base.total_seconds() / 2, ceiling)
-    return timedelta(seconds=random.uniform(floor, ceiling))  # noqa: S311
+    return timedelta(seconds=random.uniform(floor, ceiling))
 
 
 def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending | None:
@@ -91,13 +91,19 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
     )
     match result:
         case Done(readback_ref=ref):
-            return ending(ActionState.DONE, "Done", stop_reason=StopReason.COMPLETED, readback_ref=ref)
+            return ending(
+                ActionState.DONE, "Done", stop_reason=StopReason.COMPLETED, readback_ref=ref
+            )
         case Retry(after=after):
             if facts.is_last:
                 return ending(
                     ActionState.FAILED, "Retry", stop_reason=StopReason.ATTEMPTS_EXHAUSTED
                 )
-            wait = after if after is not None else backoff(facts.number, facts.retry_base, facts.retry_cap)
+            wait = (
+                after
+                if after is not None
+                else backoff(facts.number, facts.retry_base, facts.retry_cap)
+            )
             return ending(ActionState.ADMITTED, "Retry", delay=wait, fence="clear")
         case Defer(after=after, event=event):
             return ending(

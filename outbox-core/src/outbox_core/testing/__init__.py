@@ -21,9 +21,7 @@ from .database import OutboxTestDatabase, find_server
 __all__ = ["OutboxTestDatabase", "adrain", "drain", "find_server"]
 
 
-async def adrain(
-    outbox: Outbox, conninfo: str, *, timeout: float = 60.0, **settings: Any
-) -> int:
+async def adrain(outbox: Outbox, conninfo: str, *, timeout: float = 60.0, **settings: Any) -> int:
     """Async :func:`drain`. ``settings`` override the executor's (e.g. ``lease_seconds``)."""
     merged = outbox.settings.model_copy(update=settings) if settings else outbox.settings
     async with Executor(outbox, conninfo, settings=merged) as executor:

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from ..adapter import ActionAdapter
 from ..executor import Executor
@@ -57,9 +57,8 @@ def find_server() -> tuple[str, Any]:
 
 
 def with_database(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo(**params)  # type: ignore[arg-type]
+    """The same server and credentials, another database."""
+    return make_conninfo(url, dbname=dbname)
 
 
 def template_name(lines: Sequence[MigrationLine], schema: str) -> str:
@@ -77,10 +76,16 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(hashtext('outbox-test-template'))")
         try:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if exists is None:
                 building = name + "_build"
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(building)
+                    )
+                )
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
                 with psycopg.connect(with_database(admin_url, building), autocommit=True) as target:
                     migrate(target, schema, lines)
@@ -107,8 +112,9 @@ class OutboxTestDatabase:
 
     @property
     def outbox(self) -> Outbox:
-        return Outbox(schema=self.schema, registry=self.registry, host=self.host,
-                      settings=self.settings)
+        return Outbox(
+            schema=self.schema, registry=self.registry, host=self.host, settings=self.settings
+        )
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(self.url, **kwargs)
@@ -144,28 +150,44 @@ class OutboxTestDatabase:
         from . import drain
 
         settings = self.settings.model_copy(update=values)
-        outbox = Outbox(schema=self.schema, registry=self.registry, host=self.host, settings=settings)
+        outbox = Outbox(
+            schema=self.schema, registry=self.registry, host=self.host, settings=settings
+        )
         return drain(outbox, self.url, timeout=timeout)
+
+    def execute(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        """Run one statement in autocommit, ``{schema}`` replaced by the schema."""
+        with self.connect(autocommit=True) as conn:
+            conn.execute(query.replace("{schema}", f'"{self.schema}"'), params)
 
     def scalar(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
         """One value, with ``{schema}`` in the query replaced by the schema."""
         with self.connect(autocommit=True) as conn:
-            row = conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchone()  # type: ignore[arg-type]
+            row = conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchone()
         return None if row is None else row[0]
 
-    def rows(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def rows(
+        self, query: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
         with self.connect(autocommit=True) as conn:
-            return conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchall()
 
 
 @contextmanager
-def fresh_database(admin_url: str, template: str, prefix: str = "outbox_test") -> Iterator[tuple[str, str]]:
+def fresh_database(
+    admin_url: str, template: str, prefix: str = "outbox_test"
+) -> Iterator[tuple[str, str]]:
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(template)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
     try:
         yield with_database(admin_url, name), name
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

@@ -41,7 +41,9 @@ def outbox_template(outbox_server: str, outbox_plugin_host: Any) -> str:
 
 
 @pytest.fixture
-def outbox_db(outbox_server: str, outbox_template: str, outbox_plugin_host: Any) -> Iterator[OutboxTestDatabase]:
+def outbox_db(
+    outbox_server: str, outbox_template: str, outbox_plugin_host: Any
+) -> Iterator[OutboxTestDatabase]:
     with fresh_database(outbox_server, outbox_template) as (url, name):
         yield OutboxTestDatabase(
             url=url,

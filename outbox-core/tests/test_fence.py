@@ -1,0 +1,175 @@
+"""The write fence and the adapter's transaction under the lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from outbox_core import Abandoned, ActionAttempt, ActionRequest, AdapterResult, Done
+from outbox_core.attempt import LeaseLost
+from outbox_core.testing import OutboxTestDatabase
+
+from .kinds import ScriptedAdapter
+
+
+def enqueue(
+    db: OutboxTestDatabase, key: str = "k", lane: str = "lane", subject: str | None = None
+) -> int:
+    with db.connect() as conn:
+        action_id = db.outbox.enqueue(
+            conn, ActionRequest("TEST_SCRIPTED", lane, key, subject_account_id=subject)
+        ).id
+        conn.commit()
+    return action_id
+
+
+def state(db: OutboxTestDatabase, action_id: int) -> Any:
+    return db.scalar("SELECT state FROM {schema}.agent_action WHERE id = %s", (action_id,))
+
+
+async def test_begin_write_may_be_called_once_per_copy(db: OutboxTestDatabase) -> None:
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        results = [await attempt.fence().begin_write() for _ in range(3)]
+        return Done(",".join(map(str, results)))
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await db.adrain()
+    assert (
+        db.scalar("SELECT readback_ref FROM {schema}.agent_action WHERE id = %s", (action_id,))
+        == "True,True,True"
+    )
+
+
+async def test_the_fence_refuses_with_less_than_the_margin_of_the_lease_left(
+    db: OutboxTestDatabase,
+) -> None:
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        with db.connect(autocommit=True) as conn:  # the lease has 30 s left, the margin is 60 s
+            conn.execute(
+                f"UPDATE \"{db.schema}\".agent_action SET lease_until = now() + interval '30 seconds' WHERE id = %s",
+                (attempt.id,),
+            )
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        raise AssertionError("the provider must not be called")
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await db.adrain()
+    assert state(db, action_id) == "EXECUTING"
+    assert (
+        db.scalar("SELECT write_started_at FROM {schema}.agent_action WHERE id = %s", (action_id,))
+        is None
+    )
+
+
+async def test_the_fence_refuses_after_an_erasure_deleted_the_action(
+    db: OutboxTestDatabase,
+) -> None:
+    from outbox_core.erasure import erase_subject
+
+    seen: list[bool] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        conn = await db.aconnect()
+        async with conn:
+            await erase_subject(conn, "person-1", outbox=db.outbox)
+            await conn.commit()
+        seen.append(await attempt.fence().begin_write())
+        return Abandoned()
+
+    ScriptedAdapter.script = run
+    enqueue(db, subject="person-1")
+    await db.adrain()
+    assert seen == [False]
+    assert db.scalar("SELECT count(*) FROM {schema}.agent_action") == 0
+
+
+async def test_the_fence_refuses_an_older_epoch_after_a_reclaim(db: OutboxTestDatabase) -> None:
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        with db.connect(autocommit=True) as conn:  # another replica reclaimed it
+            conn.execute(
+                f"UPDATE \"{db.schema}\".agent_action SET lease_until = now() - interval '1 s' WHERE id = %s",
+                (attempt.id,),
+            )
+            conn.execute(
+                f"UPDATE \"{db.schema}\".agent_action SET epoch = epoch + 1, attempt = attempt + 1, lease_until = now() + interval '5 min' WHERE id = %s",
+                (attempt.id,),
+            )
+        assert not await attempt.fence().begin_write()
+        return Done("stale")
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await db.adrain()
+    # The stale Done named epoch 1; the row is at epoch 2 and unchanged by it.
+    assert db.rows(
+        "SELECT state, epoch, readback_ref FROM {schema}.agent_action WHERE id = %s", (action_id,)
+    ) == [("EXECUTING", 2, None)]
+
+
+async def test_domain_writes_under_the_lease_commit_while_the_epoch_holds(
+    db: OutboxTestDatabase,
+) -> None:
+    db.execute("CREATE TABLE public.domain_row (action_id bigint, note text)")
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        async with attempt.transaction() as conn:
+            await conn.execute("INSERT INTO public.domain_row VALUES (%s, 'kept')", (attempt.id,))
+        return Done()
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await db.adrain()
+    assert db.rows("SELECT * FROM public.domain_row") == [(action_id, "kept")]
+
+
+async def test_domain_writes_are_refused_once_the_epoch_moved_on(db: OutboxTestDatabase) -> None:
+    db.execute("CREATE TABLE public.domain_row (action_id bigint, note text)")
+    raised: list[str] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        with db.connect(autocommit=True) as conn:
+            conn.execute(
+                f"UPDATE \"{db.schema}\".agent_action SET lease_until = now() - interval '1 s' WHERE id = %s",
+                (attempt.id,),
+            )
+            conn.execute(
+                f"UPDATE \"{db.schema}\".agent_action SET epoch = epoch + 1, attempt = attempt + 1, lease_until = now() + interval '5 min' WHERE id = %s",
+                (attempt.id,),
+            )
+        try:
+            async with attempt.transaction() as conn:
+                await conn.execute(
+                    "INSERT INTO public.domain_row VALUES (%s, 'lost')", (attempt.id,)
+                )
+        except LeaseLost as exc:
+            raised.append(str(exc))
+        return Abandoned()
+
+    ScriptedAdapter.script = run
+    enqueue(db)
+    await db.adrain()
+    assert raised and "no longer holds it" in raised[0]
+    assert db.rows("SELECT * FROM public.domain_row") == []
+
+
+async def test_begin_write_inside_the_lease_transaction_is_refused_clearly(
+    db: OutboxTestDatabase,
+) -> None:
+    from outbox_core import OutboxError
+
+    messages: list[str] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        async with attempt.transaction():
+            with pytest.raises(OutboxError) as caught:
+                await attempt.fence().begin_write()
+            messages.append(str(caught.value))
+        return Done()
+
+    ScriptedAdapter.script = run
+    enqueue(db)
+    await db.adrain()
+    assert messages and "would wait on its own row lock" in messages[0]

@@ -1,0 +1,99 @@
+"""Metrics labelled by kind, and log events with stable names that never carry the payload."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Failed
+from outbox_core.testing import OutboxTestDatabase
+
+from .kinds import ScriptedAdapter
+
+READER = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+
+
+def totals(name: str) -> dict[tuple[tuple[str, Any], ...], float]:
+    """Cumulative value per attribute set (counters add up across tests: compare deltas)."""
+    return {tuple(sorted(attrs.items())): value for attrs, value in points(name)}
+
+
+def delta(before: dict[Any, float], after: dict[Any, float]) -> dict[Any, float]:
+    return {
+        key: value - before.get(key, 0)
+        for key, value in after.items()
+        if value != before.get(key, 0)
+    }
+
+
+def points(name: str) -> list[tuple[dict[str, Any], float]]:
+    data = READER.get_metrics_data()
+    found = []
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    found.extend(
+                        (dict(p.attributes or {}), p.value) for p in metric.data.data_points
+                    )
+    return found
+
+
+async def test_attempts_and_endings_are_counted_by_kind_and_logged_without_the_payload(
+    db: OutboxTestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def refuse(attempt: ActionAttempt) -> AdapterResult:
+        return Failed("REFUSED")
+
+    ScriptedAdapter.script = refuse
+    with db.connect() as conn:
+        db.outbox.enqueue(
+            conn,
+            ActionRequest("TEST_SCRIPTED", "lane", "k", payload={"n": 1, "note": "SECRET-PAYLOAD"}),
+        )
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane2", "k2"))
+        conn.commit()
+    attempts_before, ended_before = totals("action.attempts"), totals("action.ended")
+    with caplog.at_level(logging.DEBUG, logger="outbox"):
+        async with db.executor() as executor:
+            await executor.drain()
+            snapshot = await executor.sample_backlog()
+    assert delta(attempts_before, totals("action.attempts")) == {
+        (("kind", "TEST_NOOP"), ("result", "Done")): 1,
+        (("kind", "TEST_SCRIPTED"), ("result", "Failed")): 1,
+    }
+    assert delta(ended_before, totals("action.ended")) == {
+        (("kind", "TEST_NOOP"), ("state", "DONE"), ("stop_reason", "COMPLETED")): 1,
+        (("kind", "TEST_SCRIPTED"), ("state", "FAILED"), ("stop_reason", "REFUSED")): 1,
+    }
+    events = [r for r in caplog.records if getattr(r, "event", None) == "action.ended.failed"]
+    assert len(events) == 1
+    assert (
+        getattr(events[0], "action.kind") == "TEST_SCRIPTED" and getattr(events[0], "action.id") > 0
+    )
+    assert all(
+        "SECRET-PAYLOAD" not in r.getMessage() and "SECRET-PAYLOAD" not in str(r.__dict__)
+        for r in caplog.records
+    )
+    assert snapshot.due == {} and snapshot.executing == {}
+
+
+async def test_the_backlog_gauges_count_due_and_blocked_lanes_by_kind(
+    db: OutboxTestDatabase,
+) -> None:
+    with db.connect() as conn:
+        for index in range(3):
+            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", f"lane-{index}", f"k{index}"))
+        conn.commit()
+    db.execute("UPDATE {schema}.agent_action SET due_at = now() - interval '5 s'")
+    async with db.executor() as executor:
+        await executor.sample_backlog()
+    due = {tuple(sorted(a.items())): v for a, v in points("action.backlog.due")}
+    assert due[(("kind", "TEST_NOOP"),)] == 3
+    ages = {a["kind"]: v for a, v in points("action.backlog.oldest_due_age")}
+    assert ages["TEST_NOOP"] >= 5
