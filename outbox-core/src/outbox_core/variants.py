@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .errors import InvalidRequest, UndecodableAction
 
@@ -170,7 +170,7 @@ def _require_model(model: Any, where: str) -> None:
 
 def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> BaseModel:
     try:
-        return TypeAdapter(model).validate_python(value)
+        return model.model_validate(value)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in (field, *error['loc']))}: {error['msg']}"

@@ -77,7 +77,7 @@ class Executor:
         self._kind_slots: dict[str, asyncio.Semaphore] = {}
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
-        self._relower: dict[str, datetime | None] = {}
+        self._relower: dict[str, tuple[datetime | None, bool]] = {}
         self._relower_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._background: list[asyncio.Task[None]] = []
@@ -428,7 +428,7 @@ class Executor:
             cursor = await conn.execute(self.queries["end_actions"], params, prepare=True)
             actions = [Action.from_row(row) for row in await cursor.fetchall()]
             await self._hooks(conn, actions, by_id)
-            lanes: dict[str, datetime | None] = {}
+            lanes: dict[str, tuple[datetime | None, bool]] = {}
             for action in actions:
                 if action.state.ended:
                     at = None
@@ -436,8 +436,9 @@ class Executor:
                     at = action.due_at
                 else:
                     at = action.lease_until
-                previous = lanes.get(action.lane_key, at)
-                lanes[action.lane_key] = at if previous is None or at is None else min(at, previous)
+                lanes[action.lane_key] = _earlier(
+                    lanes.get(action.lane_key), at, action.state.ended
+                )
             missed = await self._lower(conn, lanes)
         for action in actions:
             self._report_ending(action, by_id[action.id])
@@ -480,17 +481,18 @@ class Executor:
                 raise _HookFailed from exc
 
     async def _lower(
-        self, conn: AsyncConnection[Any], lanes: Mapping[str, datetime | None]
-    ) -> dict[str, datetime | None]:
+        self, conn: AsyncConnection[Any], lanes: Mapping[str, tuple[datetime | None, bool]]
+    ) -> dict[str, tuple[datetime | None, bool]]:
         """Lower the lanes' next look; return the ones another transaction held."""
         if not lanes:
             return {}
         keys = sorted(lanes)
-        cursor = await conn.execute(
-            self.queries["lower_lanes"],
-            {"lanes": keys, "at": [lanes[key] for key in keys]},
-            prepare=True,
-        )
+        params = {
+            "lanes": keys,
+            "at": [lanes[key][0] for key in keys],
+            "cleared": [lanes[key][1] for key in keys],
+        }
+        cursor = await conn.execute(self.queries["lower_lanes"], params, prepare=True)
         done = {row[0] for row in await cursor.fetchall()}
         return {key: lanes[key] for key in keys if key not in done}
 
@@ -505,8 +507,8 @@ class Executor:
             wanted, self._relower = self._relower, {}
             async with self._pool().connection() as conn:
                 missed = await self._lower(conn, wanted)
-            for key, at in missed.items():
-                self._relower.setdefault(key, at)
+            for key, wish in missed.items():
+                self._relower.setdefault(key, wish)
             if len(missed) < len(wanted):
                 self._wake.set()
             delay = min(delay * 2, 1.0)
@@ -672,6 +674,16 @@ class _Facts(AttemptFacts):
         ending = decide(self, Defer(after))
         assert ending is not None
         return ending
+
+
+def _earlier(
+    known: tuple[datetime | None, bool] | None, at: datetime | None, cleared: bool
+) -> tuple[datetime | None, bool]:
+    """Merge two wishes for one lane: the earlier time (None is now), cleared if either is."""
+    if known is None:
+        return at, cleared
+    earlier = None if known[0] is None or at is None else min(known[0], at)
+    return earlier, known[1] or cleared
 
 
 def _claimed(row: tuple[Any, ...]) -> ClaimedAction:

@@ -15,13 +15,15 @@ WITH new_action AS (
         %(idempotency_key)s, %(payload)s, %(subject_account_id)s, %(state)s, %(max_attempts)s,
         coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s)
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, lane_key, due_at, state
+    RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
-    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
-    SELECT lane_key, due_at, id FROM new_action WHERE state = 'ADMITTED'
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
+    SELECT lane_key, due_at, id, kind FROM new_action WHERE state = 'ADMITTED'
     ON CONFLICT (lane_key) DO UPDATE
        SET next_at = LEAST(l.next_at, excluded.next_at),
-           head_id = LEAST(l.head_id, excluded.head_id)
+           head_id = LEAST(l.head_id, excluded.head_id),
+           head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
+                            ELSE l.head_kind END
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state = 'ADMITTED')
   FROM new_action
@@ -48,16 +50,18 @@ WITH input AS (
       FROM input
      ORDER BY position
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, idempotency_key, lane_key, due_at, state
+    RETURNING id, kind, idempotency_key, lane_key, due_at, state
 ), lane AS (
-    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
-    SELECT lane_key, min(due_at), min(id) FROM new_action
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
+    SELECT lane_key, min(due_at), min(id), (array_agg(kind ORDER BY id))[1] FROM new_action
      WHERE state = 'ADMITTED'
      GROUP BY lane_key
      ORDER BY lane_key
     ON CONFLICT (lane_key) DO UPDATE
        SET next_at = LEAST(l.next_at, excluded.next_at),
-           head_id = LEAST(l.head_id, excluded.head_id)
+           head_id = LEAST(l.head_id, excluded.head_id),
+           head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
+                            ELSE l.head_kind END
 )
 SELECT idempotency_key, id,
        (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
@@ -77,13 +81,15 @@ WITH admitted AS (
     UPDATE {schema}.agent_action
        SET state = 'ADMITTED', due_at = now()
      WHERE id = %(id)s AND state = 'PROPOSED'
-    RETURNING id, lane_key, due_at
+    RETURNING id, kind, lane_key, due_at
 ), lane AS (
-    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id)
-    SELECT lane_key, due_at, id FROM admitted
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
+    SELECT lane_key, due_at, id, kind FROM admitted
     ON CONFLICT (lane_key) DO UPDATE
        SET next_at = LEAST(l.next_at, excluded.next_at),
-           head_id = LEAST(l.head_id, excluded.head_id)
+           head_id = LEAST(l.head_id, excluded.head_id),
+           head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
+                            ELSE l.head_kind END
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
 
@@ -98,12 +104,14 @@ RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_ac
           ended_at, stop_reason, readback_ref, last_result, created_at
 
 -- name: lower_lanes
--- After an ending: the lanes need a look no later than the given times. Lowering is always
--- safe; a lane that a claim or an enqueue holds right now is skipped and returned by
--- lower_lanes' caller to try again after this transaction committed.
+-- After an ending: the lanes need a look no later than the given times (NULL: now). Lowering
+-- is always safe; a lane that a claim or an enqueue holds right now is skipped, and the
+-- caller tries it again after this transaction committed. A lane whose head ended no longer
+-- knows its head's kind: every executor may look at it.
 WITH wanted AS (
-    SELECT lane_key, min(at) AS at
-      FROM unnest(%(lanes)s::text[], %(at)s::timestamptz[]) AS w(lane_key, at)
+    SELECT lane_key, min(at) AS at, bool_or(cleared) AS cleared
+      FROM unnest(%(lanes)s::text[], %(at)s::timestamptz[], %(cleared)s::boolean[])
+           AS w(lane_key, at, cleared)
      GROUP BY lane_key
 ), locked AS (
     SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
@@ -111,7 +119,8 @@ WITH wanted AS (
        FOR NO KEY UPDATE OF l SKIP LOCKED
 )
 UPDATE {schema}.action_lane l
-   SET next_at = LEAST(l.next_at, coalesce(w.at, now()))
+   SET next_at = LEAST(l.next_at, coalesce(w.at, now())),
+       head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
   FROM wanted w
  WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
 RETURNING l.lane_key
@@ -211,7 +220,7 @@ RETURNING a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload
 -- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and
 -- they must not leave a lane waiting on a head that is gone).
 UPDATE {schema}.action_lane l
-   SET next_at = LEAST(l.next_at, now())
+   SET next_at = LEAST(l.next_at, now()), head_kind = NULL
  WHERE l.lane_key = ANY(%(lanes)s::text[])
 
 -- name: expired_actions
@@ -253,7 +262,8 @@ WITH due AS (
     UPDATE {schema}.agent_action SET lease_until = now()
      WHERE state = 'EXECUTING' AND lease_until > now()
 )
-UPDATE {schema}.action_lane SET next_at = now() WHERE next_at IS NOT NULL AND next_at > now()
+UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
+ WHERE next_at IS NOT NULL AND next_at > now()
 
 -- name: backlog
 -- The backlog gauges by kind, for rows this build decodes.

@@ -70,19 +70,23 @@ CREATE INDEX ix_agent_action_subject
 -- One row per lane that has (or recently had) live actions: the claim walks this small table
 -- instead of the actions, so a long lane, or many lanes whose heads wait out a backoff, cost
 -- nothing per claim.
---   next_at: a lower bound of the time the lane next needs a look (its head falls due, a lease
---            runs out). Anyone may lower it; only a claim raises it, holding the lane's row
---            lock and reading the lane in a statement that began after the lock was taken.
---   head_id: the action the last claim found at the head (or the executing holder); enqueue
---            keeps it at or below the lowest live id. A claim skips a lane whose head this
---            build cannot decode (see claim_v1).
+--   next_at:   a lower bound of the time the lane next needs a look (its head falls due, a
+--              lease runs out). Anyone may lower it; only a claim raises it, holding the lane's
+--              row lock and reading the lane in a statement that began after the lock was taken.
+--   head_id:   the action the last claim found at the head (or the executing holder); enqueue
+--              keeps it at or below the lowest live id.
+--   head_kind: that action's kind, so that an executor looks only at lanes whose head it
+--              serves (a million lanes of a kind it lacks cost it nothing). NULL: not known
+--              (the head just ended); every executor looks, and the first claim sets it.
 CREATE TABLE {schema}.action_lane (
-    lane_key  text PRIMARY KEY,
-    next_at   timestamptz,
-    head_id   bigint
+    lane_key   text PRIMARY KEY,
+    next_at    timestamptz,
+    head_id    bigint,
+    head_kind  text
 );
 
-CREATE INDEX ix_action_lane_next ON {schema}.action_lane (next_at) WHERE next_at IS NOT NULL;
+CREATE INDEX ix_action_lane_next
+    ON {schema}.action_lane (head_kind, next_at) WHERE next_at IS NOT NULL;
 
 -- The lifecycle, enforced. The allowed pairs are the table TRANSITIONS in
 -- outbox_core/states.py; tests/test_lifecycle_trigger.py checks every ordered pair of states

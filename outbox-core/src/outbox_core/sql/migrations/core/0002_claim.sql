@@ -75,7 +75,7 @@ BEGIN
                  WHERE f.lane_key = l.lane_key AND f.state IN ('ADMITTED', 'EXECUTING')
                  ORDER BY f.id LIMIT 1) h ON true
     ), plan AS (
-        SELECT c.lane_key, a.id, a.state, a.epoch, a.lease_until, a.due_at, a.expires_at,
+        SELECT c.lane_key, a.id, a.kind, a.state, a.epoch, a.lease_until, a.due_at, a.expires_at,
                CASE
                  WHEN a.id IS NULL THEN 'empty'
                  WHEN a.id IS DISTINCT FROM coalesce(p_run_now, a.id) THEN 'other'
@@ -112,6 +112,7 @@ BEGIN
     ), moved AS (
         UPDATE {schema}.action_lane l
            SET head_id = p.id,
+               head_kind = p.kind,
                next_at = CASE p.op
                    WHEN 'foreign' THEN l.next_at
                    WHEN 'other' THEN l.next_at
@@ -141,27 +142,48 @@ $fn$;
 -- build cannot decode; then, in a new statement, claim their heads. Two statements, not one:
 -- one statement's snapshot could predate an ending that committed just before its lock, see
 -- the old head still executing, and push the lane's next look out to a lease that is over.
+-- Lanes are looked up kind by kind (and then those whose head is not known), each an index
+-- range in next_at order, so lanes headed by kinds this executor does not serve are never
+-- read. The kinds are taken in a random order each time, so no kind starves the others.
 CREATE FUNCTION {schema}.claim_v1(
     p_limit integer, p_lease interval,
     p_kinds text[], p_paths jsonpath[], p_suffixes text[]
 ) RETURNS SETOF {schema}.claimed_action_v1
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_lanes text[];
+    v_lanes text[] := '{}';
+    v_more text[];
+    v_kind text;
+    v_unknown boolean;
 BEGIN
-    SELECT array_agg(s.lane_key) INTO v_lanes
-      FROM (SELECT l.lane_key
-              FROM {schema}.action_lane l
-             WHERE l.next_at <= now()
-               AND NOT EXISTS (
-                     SELECT 1 FROM {schema}.agent_action h
-                      WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')
-                        AND NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
-                                                      p_kinds, p_paths, p_suffixes))
-             ORDER BY l.next_at
-             LIMIT p_limit
-               FOR UPDATE OF l SKIP LOCKED) s;
-    IF v_lanes IS NULL THEN
+    FOR v_kind, v_unknown IN
+        SELECT u.kind, u.unknown
+          FROM (SELECT k.kind, false AS unknown, random() AS r FROM unnest(p_kinds) AS k(kind)
+                UNION ALL SELECT NULL, true, 0) u
+         ORDER BY u.unknown, u.r
+    LOOP
+        EXIT WHEN cardinality(v_lanes) >= p_limit;
+        -- Dynamic SQL, planned for this kind and this limit: a generic plan with a
+        -- parameterised LIMIT may walk the whole index.
+        EXECUTE format($q$
+            SELECT array_agg(s.lane_key)
+              FROM (SELECT l.lane_key
+                      FROM {schema}.action_lane l
+                     WHERE l.head_kind %s AND l.next_at <= now()
+                       AND NOT EXISTS (
+                             SELECT 1 FROM {schema}.agent_action h
+                              WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')
+                                AND NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                                                              $2, $3, $4))
+                     ORDER BY l.next_at
+                     LIMIT %s
+                       FOR UPDATE OF l SKIP LOCKED) s
+            $q$, CASE WHEN v_unknown THEN 'IS NULL' ELSE '= $1' END, p_limit - cardinality(v_lanes))
+          INTO v_more
+          USING v_kind, p_kinds, p_paths, p_suffixes;
+        v_lanes := v_lanes || coalesce(v_more, '{}');
+    END LOOP;
+    IF cardinality(v_lanes) = 0 THEN
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM {schema}.claim_locked_v1(

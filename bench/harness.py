@@ -1,0 +1,114 @@
+"""Shared pieces of outbox's benchmarks: a fresh migrated database, bench kinds, timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from outbox_core import (
+    Abandoned,
+    ActionAdapter,
+    ActionAttempt,
+    ActionVariants,
+    AdapterResult,
+    Done,
+    KindRegistry,
+    Outbox,
+    OutboxSettings,
+)
+from outbox_core.plugins import build_host
+from outbox_core.testing.database import OutboxTestDatabase, build_template, fresh_database
+
+ADMIN_URL = os.environ.get("OUTBOX_BENCH_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+class Job(BaseModel):
+    n: int = 0
+
+
+class BenchNoop(ActionAdapter):
+    kind = "BENCH_NOOP"
+    instance_level = True
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Job)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        return Done()
+
+
+class BenchFenced(ActionAdapter):
+    kind = "BENCH_FENCED"
+    instance_level = True
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Job)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        return Done()
+
+
+BENCH_KINDS = (BenchNoop, BenchFenced)
+
+
+@contextmanager
+def bench_database(**settings: Any) -> Iterator[OutboxTestDatabase]:
+    """A fresh database cloned from the migrated template, with the bench kinds registered."""
+    host = build_host()
+    template = build_template(ADMIN_URL, host.migration_lines, "outbox")
+    with fresh_database(ADMIN_URL, template, prefix="outbox_bench") as (url, name):
+        db = OutboxTestDatabase(url=url, name=name, schema="outbox", host=host, registry=KindRegistry())
+        for kind in BENCH_KINDS:
+            db.register_kind(kind)
+        db.settings = OutboxSettings(schema_name="outbox", **settings)
+        yield db
+
+
+def outbox_for(db: OutboxTestDatabase) -> Outbox:
+    return db.outbox
+
+
+@dataclass
+class Timer:
+    started: float = 0.0
+    seconds: float = 0.0
+
+    def __enter__(self) -> Timer:
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result), flush=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
