@@ -61,9 +61,6 @@ class BenchFenced(ActionAdapter):
         return Done()
 
 
-BENCH_KINDS = (BenchNoop, BenchFenced)
-
-
 @contextmanager
 def bench_database(**settings: Any) -> Iterator[OutboxTestDatabase]:
     """A fresh database cloned from the migrated template, with the bench kinds registered."""
@@ -112,3 +109,29 @@ def median(values: list[float]) -> float:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+class BenchLatency(ActionAdapter):
+    """Appends (action id, wall-clock start) to the file named by OUTBOX_BENCH_STARTS."""
+
+    kind = "BENCH_LATENCY"
+    instance_level = True
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Job)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        started = time.time()
+        with open(os.environ["OUTBOX_BENCH_STARTS"], "a", encoding="utf-8") as out:
+            out.write(f"{attempt.id} {started:.6f}\n")
+        return Done()
+
+
+class BenchOther(BenchNoop):
+    """A kind registered in the database that the measured executor does not serve."""
+
+    kind = "BENCH_OTHER"
+
+
+BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther)

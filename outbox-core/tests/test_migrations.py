@@ -132,7 +132,7 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         assert {"guard_agent_action", "guard_agent_action_insert"} <= triggers
         # Every statement the code runs plans against the migrated schema.
         for name, query in core_queries("outbox").items():
-            params = {p: None for p in re.findall(r"%\((\w+)\)s", query)}
+            params = {p: None for p in re.findall(r"%\((\w+)\)[sb]", query)}
             with conn.transaction():
                 try:
                     conn.execute("EXPLAIN " + query, params)

@@ -16,6 +16,9 @@ ACTION_COLUMNS = (
 )
 
 
+_STATES = {str(state): state for state in ActionState}
+
+
 @dataclass(frozen=True, slots=True)
 class Action:
     """One row of ``agent_action``. ``payload`` is None once the action ended."""
@@ -45,7 +48,7 @@ class Action:
     def from_row(cls, row: tuple[Any, ...]) -> Action:
         """Build from a row selected with :data:`ACTION_COLUMNS`."""
         values = list(row)
-        values[7] = ActionState(values[7])
+        values[7] = _STATES[values[7]]
         return cls(*values)
 
     def as_dict(self, *, with_payload: bool = False) -> dict[str, Any]:

@@ -288,8 +288,10 @@ class Executor:
         async with slots:
             token = egress_token()
             try:
-                timeout = max(self.settings.lease_seconds - 1.0, 1.0)
-                result = await asyncio.wait_for(adapter.execute(attempt), timeout)
+                # The provider call must end inside the lease (asyncio.timeout, unlike
+                # wait_for, runs the adapter in this task instead of a new one).
+                async with asyncio.timeout(max(self.settings.lease_seconds - 1.0, 1.0)):
+                    result = await adapter.execute(attempt)
             except Exception as exc:
                 result = exc
                 action_event(

@@ -110,7 +110,7 @@ RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_ac
 -- knows its head's kind: every executor may look at it.
 WITH wanted AS (
     SELECT lane_key, min(at) AS at, bool_or(cleared) AS cleared
-      FROM unnest(%(lanes)s::text[], %(at)s::timestamptz[], %(cleared)s::boolean[])
+      FROM unnest(%(lanes)b::text[], %(at)b::timestamptz[], %(cleared)b::boolean[])
            AS w(lane_key, at, cleared)
      GROUP BY lane_key
 ), locked AS (
@@ -173,7 +173,7 @@ SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_a
 -- at least the margin of its lease is left, so its provider call ends inside the lease.
 UPDATE {schema}.agent_action a
    SET write_started_at = coalesce(a.write_started_at, now())
-  FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[]) AS f(id, epoch)
+  FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
  WHERE a.id = f.id AND a.epoch = f.epoch AND a.state = 'EXECUTING'
    AND a.lease_until >= now() + make_interval(secs => %(margin)s)
 RETURNING a.id
@@ -204,10 +204,10 @@ UPDATE {schema}.agent_action a
                                        ELSE a.write_started_at END,
        attempt = a.attempt - e.uncount,
        last_result = e.result
-  FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[], %(from_states)s::text[],
-              %(states)s::text[], %(stop_reasons)s::text[], %(readback_refs)s::text[],
-              %(delays)s::float8[], %(fences)s::text[], %(prior_writes)s::timestamptz[],
-              %(uncounts)s::integer[], %(results)s::text[])
+  FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[],
+              %(states)b::text[], %(stop_reasons)b::text[], %(readback_refs)b::text[],
+              %(delays)b::float8[], %(fences)b::text[], %(prior_writes)b::timestamptz[],
+              %(uncounts)b::integer[], %(results)b::text[])
        AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence, prior_write,
             uncount, result)
  WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state

@@ -1,0 +1,252 @@
+"""Executor throughput and latency on this machine.
+
+Burn-down: N actions over L lanes, enqueued before the executors start, then timed from the
+moment the executor processes are told to go until the last action ended (both on the
+database clock). Optionally with a million other actions pending, at lower ids, in one of
+four shapes. Latency: an idle executor, actions enqueued one at a time; enqueue commit to
+adapter start, p50/p99.
+
+    python bench/throughput.py burn --kind noop --processes 1 [--pending SHAPE]
+    python bench/throughput.py latency --samples 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from harness import BENCH_KINDS, Timer, bench_database, emit, log, percentile
+from outbox_core import ActionRequest, KindRegistry, Outbox, OutboxSettings
+from outbox_core.executor import Executor
+
+KINDS = {"noop": "BENCH_NOOP", "fenced": "BENCH_FENCED", "latency": "BENCH_LATENCY"}
+PENDING_SHAPES = ("none", "one_lane", "claimable", "not_due", "lanes_10k")
+
+# Pending rows are written straight into the tables (setup, not measured), in the shape an
+# enqueue would leave them. %(n)s rows; every shape's lane rows are consistent with its actions.
+PENDING_SQL = {
+    "one_lane": [
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts, state, epoch, attempt, lease_until) "
+        "VALUES ('BENCH_NOOP', false, true, 'pending-hot', 'pending-head', '{}', 5, 'EXECUTING', 1, 1, now() + interval '1 day')",
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts) "
+        "SELECT 'BENCH_NOOP', false, true, 'pending-hot', 'pending-' || g, '{}', 5 FROM generate_series(2, %(n)s) g",
+        "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
+        "SELECT 'pending-hot', now() + interval '1 day', min(id), 'BENCH_NOOP' FROM outbox.agent_action WHERE lane_key = 'pending-hot'",
+    ],
+    "claimable": [
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts) "
+        "SELECT 'BENCH_OTHER', false, true, 'pending-' || g, 'pending-' || g, '{}', 5 FROM generate_series(1, %(n)s) g",
+        "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
+        "SELECT lane_key, due_at, id, kind FROM outbox.agent_action WHERE kind = 'BENCH_OTHER'",
+    ],
+    "not_due": [
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts, due_at, attempt, last_result) "
+        "SELECT 'BENCH_NOOP', false, true, 'pending-' || g, 'pending-' || g, '{}', 5, now() + interval '1 day', 1, 'Retry' FROM generate_series(1, %(n)s) g",
+        "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
+        "SELECT lane_key, due_at, id, kind FROM outbox.agent_action WHERE lane_key LIKE 'pending-%%'",
+    ],
+    "lanes_10k": [
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts) "
+        "SELECT 'BENCH_NOOP', false, true, 'pending-' || (g %% 10000), 'pending-' || g, '{}', 5 FROM generate_series(1, %(n)s) g",
+        # Each lane's first action is executing under a lease that outlasts the run.
+        "UPDATE outbox.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() + interval '1 day' "
+        "WHERE id IN (SELECT min(id) FROM outbox.agent_action WHERE lane_key LIKE 'pending-%%' GROUP BY lane_key)",
+        "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
+        "SELECT lane_key, now() + interval '1 day', min(id), 'BENCH_NOOP' FROM outbox.agent_action WHERE lane_key LIKE 'pending-%%' GROUP BY lane_key",
+    ],
+}
+
+
+def worker_settings(args: argparse.Namespace) -> OutboxSettings:
+    return OutboxSettings(
+        schema_name="outbox",
+        concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
+        pool_size=args.pool_size,
+        poll_seconds=1.0,
+    )
+
+
+def bench_registry() -> KindRegistry:
+    registry = KindRegistry()
+    for kind in BENCH_KINDS:
+        registry.register(kind, distribution="bench")
+    return registry
+
+
+async def worker(args: argparse.Namespace) -> None:
+    """One executor process: says `ready`, waits for the go notification, runs until SIGTERM."""
+    import signal
+
+    settings = worker_settings(args)
+    outbox = Outbox(schema="outbox", registry=bench_registry(), settings=settings)
+    executor = Executor(outbox, args.url, settings=settings, kinds=[KINDS[args.kind]])
+    await executor.open()
+    listener = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
+    await listener.execute("LISTEN bench_go")
+    print("ready", flush=True)
+    async for _ in listener.notifies():
+        break
+    await listener.close()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    await executor.run(stop)
+    await executor.close()
+    if args.profile:
+        profiler.disable()
+        profiler.dump_stats(args.profile + f".{os.getpid()}")
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"rss_mb {rss_mb:.1f}", flush=True)
+
+
+def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subprocess.Popen[str]]:
+    command = [sys.executable, __file__, "worker", "--url", url, "--kind", kind,
+               "--concurrency", str(args.concurrency), "--claim-batch", str(args.claim_batch),
+               "--pool-size", str(args.pool_size)]
+    if args.profile:
+        command += ["--profile", args.profile]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ}) for _ in range(args.processes)]
+    for proc in procs:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        if not ready or proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("a worker did not start")
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen[str]]) -> list[float]:
+    rss = []
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        for line in out.splitlines():
+            if line.startswith("rss_mb"):
+                rss.append(float(line.split()[1]))
+    return rss
+
+
+def burn(args: argparse.Namespace) -> dict[str, Any]:
+    kind = KINDS[args.kind]
+    with bench_database() as db:
+        outbox = db.outbox
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            if args.pending != "none":
+                with Timer() as timer:
+                    for statement in PENDING_SQL[args.pending]:
+                        conn.execute(statement, {"n": args.pending_count})
+                    conn.execute("VACUUM ANALYZE outbox.agent_action")
+                    conn.execute("VACUUM ANALYZE outbox.action_lane")
+                log(f"pending {args.pending}: {args.pending_count:,} rows in {timer.seconds:.1f} s")
+        with psycopg.connect(db.url) as conn:
+            for start in range(0, args.actions, 10_000):
+                stop = min(start + 10_000, args.actions)
+                outbox.enqueue_many(conn, [ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}") for i in range(start, stop)])
+                conn.commit()
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE outbox.agent_action")
+            conn.execute("VACUUM ANALYZE outbox.action_lane")
+            conn.execute("SELECT pg_stat_statements_reset()") if args.statements else None
+        procs = start_workers(db.url, args, args.kind)
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            go_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+            conn.execute("NOTIFY bench_go")
+            deadline = time.monotonic() + args.timeout
+            live_query = "SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%' AND state IN ('ADMITTED', 'EXECUTING')"
+            while conn.execute(live_query, (kind,)).fetchone()[0]:  # type: ignore[index]
+                if time.monotonic() > deadline:
+                    stop_workers(procs)
+                    raise TimeoutError("the burn-down did not finish in time")
+                time.sleep(0.2)
+            end_at = conn.execute("SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%'", (kind,)).fetchone()[0]  # type: ignore[index]
+            done = conn.execute("SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND state = 'DONE' AND lane_key LIKE 'm-%%'", (kind,)).fetchone()[0]  # type: ignore[index]
+            statements = None
+            if args.statements:
+                statements = conn.execute(
+                    "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
+                    "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 12"
+                ).fetchall()
+        rss = stop_workers(procs)
+    seconds = (end_at - go_at).total_seconds()
+    result = {"bench": "burn", "kind": args.kind, "processes": args.processes, "pending": args.pending,
+              "pending_count": args.pending_count if args.pending != "none" else 0,
+              "actions": args.actions, "lanes": args.lanes, "done": done, "seconds": round(seconds, 3),
+              "rate_per_s": round(args.actions / seconds), "max_rss_mb": max(rss) if rss else None,
+              "settings": {"concurrency": args.concurrency, "claim_batch": args.claim_batch, "pool_size": args.pool_size}}
+    if statements:
+        result["pg_stat_statements"] = [list(map(str, row)) for row in statements]
+    return result
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder, bench_database() as db:
+        starts = Path(folder) / "starts.txt"
+        os.environ["OUTBOX_BENCH_STARTS"] = str(starts)
+        args.processes = 1
+        procs = start_workers(db.url, args, "latency")
+        committed: dict[int, float] = {}
+        with psycopg.connect(db.url, autocommit=True) as go:
+            go.execute("NOTIFY bench_go")
+        time.sleep(1.0)  # the executor's first claim finds nothing and it goes idle
+        with psycopg.connect(db.url) as conn:
+            for i in range(args.samples):
+                action_id = db.outbox.enqueue(conn, ActionRequest("BENCH_LATENCY", f"lat-{i}", f"lat-{i}")).id
+                conn.commit()
+                committed[action_id] = time.time()
+                time.sleep(args.gap)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if starts.exists() and len(starts.read_text().splitlines()) >= args.samples:
+                    break
+                time.sleep(0.05)
+        stop_workers(procs)
+        started = {int(a): float(b) for a, b in (line.split() for line in starts.read_text().splitlines())}
+    waits = [(started[i] - committed[i]) * 1000 for i in committed if i in started]
+    return {"bench": "latency", "samples": len(waits), "p50_ms": round(percentile(waits, 50), 2),
+            "p99_ms": round(percentile(waits, 99), 2), "max_ms": round(max(waits), 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["burn", "latency", "worker"])
+    parser.add_argument("--kind", choices=sorted(KINDS), default="noop")
+    parser.add_argument("--actions", type=int, default=100_000)
+    parser.add_argument("--lanes", type=int, default=10_000)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--pending", choices=PENDING_SHAPES, default="none")
+    parser.add_argument("--pending-count", type=int, default=1_000_000)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--claim-batch", type=int, default=500)
+    parser.add_argument("--pool-size", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--gap", type=float, default=0.02)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--profile", default=None, help="cProfile each worker into PATH.<pid>")
+    parser.add_argument("--statements", action="store_true", help="report pg_stat_statements (needs the extension)")
+    parser.add_argument("--url", default=None)
+    args = parser.parse_args()
+    if args.mode == "worker":
+        asyncio.run(worker(args))
+        return
+    emit(burn(args) if args.mode == "burn" else latency(args))
+
+
+if __name__ == "__main__":
+    main()
