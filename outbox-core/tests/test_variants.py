@@ -1,0 +1,253 @@
+"""Variants: the declarations, the JSON path derived from them, and decoding reads."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal, Optional
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError, create_model
+
+from outbox_core import ActionRequest, ActionVariants, UndecodableAction
+from outbox_core.testing import OutboxTestDatabase
+
+from .kinds import Paint
+
+
+class Shade(enum.Enum):
+    LIGHT = "light"
+    DARK = "dark"
+
+
+class Inner(BaseModel):
+    shade: Shade
+
+
+class Outer(BaseModel):
+    tone: Literal["warm", "cool"]
+    inner: Inner
+    extra: Inner | None = None
+    shades: list[Shade] = []
+    label: str = ""
+
+
+def test_one_derives_a_path_from_enums_literals_nested_and_optional_fields() -> None:
+    path = ActionVariants.one(Outer).json_path()
+    assert path == (
+        '($."tone" == "warm" || $."tone" == "cool") && ($."inner"."shade" == "light" || '
+        '$."inner"."shade" == "dark") && (!(exists($."extra")) || $."extra" == null || '
+        '($."extra"."shade" == "light" || $."extra"."shade" == "dark")) && '
+        '(!(exists($."shades")) || !(exists($."shades"[*] ? (@ != "light" && @ != "dark"))))'
+    )
+
+
+def test_tagged_derives_one_alternative_per_tag() -> None:
+    variants = ActionVariants.tagged("notice", "event", {"welcome": Inner, "bye": Paint})
+    path = variants.json_path()
+    assert path is not None
+    assert path.startswith('($."notice" == "bye" && ($."event"."color" == "red"')
+    assert '($."notice" == "welcome" && ($."event"."shade" == "light"' in path
+
+
+def test_key_suffix_derives_a_pattern_for_the_last_segment() -> None:
+    variants = ActionVariants.key_suffix(["send", "edit.v2"], Inner)
+    assert variants.key_pattern() == r"(^|:)(edit\.v2|send)$"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ActionVariants.tagged("t", "t", {"a": Inner}), "two different properties"),
+        (lambda: ActionVariants.tagged("t", "b", {}), "at least one tag value"),
+        (lambda: ActionVariants.key_suffix(["a:b"], Inner), "is not one key segment"),
+        (lambda: ActionVariants.one(dict), "expected a pydantic model class"),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_declarations_are_refused(make: Any, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        make()
+
+
+def sql_accepts(
+    conn: psycopg.Connection, variants: ActionVariants, payload: Any, key: str = "k"
+) -> bool:
+    row = conn.execute(
+        "SELECT outbox.decodable_v1('K', %s::jsonb, %s, ARRAY['K'], ARRAY[%s::jsonpath], ARRAY[%s])",
+        (psycopg.types.json.Jsonb(payload), key, variants.json_path(), variants.key_pattern()),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+# -- the law: the SQL path accepts a payload exactly when the model accepts it --------------
+
+VALUES = ["a", "b", "c", "d"]
+field_type = st.deferred(
+    lambda: st.one_of(
+        st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True).map(
+            lambda vs: ("literal", vs)
+        ),
+        st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True).map(
+            lambda vs: ("enum", vs)
+        ),
+        st.tuples(st.just("optional"), field_type),
+        st.tuples(
+            st.just("list"), st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True)
+        ),
+        st.tuples(
+            st.just("model"),
+            st.dictionaries(st.sampled_from(["x", "y"]), field_type, min_size=1, max_size=2),
+        ),
+    )
+)
+schemas = st.dictionaries(st.sampled_from(["p", "q", "r"]), field_type, min_size=1, max_size=3)
+
+
+def build(schema: dict[str, Any], name: str = "M") -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for field, spec in schema.items():
+        annotation, default = annotate(spec, f"{name}_{field}")
+        fields[field] = (annotation, default)
+    return create_model(name, **fields)
+
+
+def annotate(spec: Any, name: str) -> tuple[Any, Any]:
+    kind = spec[0]
+    if kind == "literal":
+        return Literal[tuple(spec[1])], ...  # type: ignore[valid-type]
+    if kind == "enum":
+        return enum.Enum(name, {v.upper(): v for v in spec[1]}), ...
+    if kind == "optional":
+        inner, _ = annotate(spec[1], name)
+        return Optional[inner], None  # noqa: UP045
+    if kind == "list":
+        return list[enum.Enum(name, {v.upper(): v for v in spec[1]})], []  # type: ignore[misc]
+    return build(spec[1], name), ...
+
+
+def payload_for(spec: Any) -> st.SearchStrategy[Any]:
+    kind = spec[0]
+    if kind in ("literal", "enum"):
+        return st.sampled_from(VALUES)
+    if kind == "optional":
+        return st.one_of(st.none(), payload_for(spec[1]))
+    if kind == "list":
+        return st.lists(st.sampled_from(VALUES), max_size=3)
+    return payloads_for(spec[1])
+
+
+def payloads_for(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Structurally complete payloads (required fields present) whose discriminating values
+    vary: in or out of the declared set, and absent or null where the field allows it."""
+    required = {
+        f: payload_for(spec)
+        for f, spec in schema.items()
+        if spec[0] in ("literal", "enum", "model")
+    }
+    optional = {f: payload_for(spec) for f, spec in schema.items() if f not in required}
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    schema = draw(schemas)
+    return schema, draw(payloads_for(schema))
+
+
+@pytest.fixture(scope="module")
+def plain_conn(outbox_server: str, outbox_template: str):  # type: ignore[no-untyped-def]
+    from outbox_core.testing.database import fresh_database
+
+    with (
+        fresh_database(outbox_server, outbox_template) as (url, _),
+        psycopg.connect(url, autocommit=True) as conn,
+    ):
+        yield conn
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(cases())
+def test_the_sql_path_accepts_a_payload_exactly_when_the_model_does(
+    plain_conn: psycopg.Connection, case: Any
+) -> None:
+    schema, payload = case
+    model = build(schema)
+    try:
+        model.model_validate(payload)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    assert sql_accepts(plain_conn, ActionVariants.one(model), payload) is accepted, (
+        schema,
+        payload,
+    )
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tag=st.sampled_from(["welcome", "bye", "later", ""]),
+    shade=st.sampled_from(["light", "dark", "dim"]),
+)
+def test_a_tagged_payload_matches_exactly_when_its_tag_and_body_are_known(
+    plain_conn: psycopg.Connection, tag: str, shade: str
+) -> None:
+    variants = ActionVariants.tagged("notice", "event", {"welcome": Inner, "bye": Inner})
+    payload = {"notice": tag, "event": {"shade": shade}}
+    expected = tag in ("welcome", "bye") and shade in ("light", "dark")
+    assert sql_accepts(plain_conn, variants, payload) is expected
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [("draft:1:send", True), ("send", True), ("draft:1:edit", False), ("draft:1:resend", False)],
+)
+def test_a_key_suffix_matches_only_declared_last_segments(
+    plain_conn: psycopg.Connection, key: str, expected: bool
+) -> None:
+    assert (
+        sql_accepts(plain_conn, ActionVariants.key_suffix(["send"], Inner), {"shade": "dark"}, key)
+        is expected
+    )
+
+
+def test_a_decoding_lane_read_raises_on_a_variant_this_build_lacks(db: OutboxTestDatabase) -> None:
+    with db.connect() as conn:
+        db.outbox.enqueue(
+            conn,
+            ActionRequest(
+                "TEST_PAINT", "wall", "paint-1", payload={"color": "red"}, workspace_id="w"
+            ),
+        )
+        conn.commit()
+    db.execute(
+        'UPDATE {schema}.agent_action SET payload = \'{"color": "green"}\''
+    )  # a newer build's color
+    with db.connect() as conn:
+        assert [a.payload for a in db.outbox.lane(conn, "wall", decode=False)] == [
+            {"color": "green"}
+        ]
+        with pytest.raises(UndecodableAction, match="this build cannot decode a TEST_PAINT action"):
+            db.outbox.lane(conn, "wall")
+        with pytest.raises(UndecodableAction):
+            db.outbox.by_keys(conn, ["paint-1"])
+
+
+def test_a_decoding_read_raises_on_a_kind_this_build_lacks(db: OutboxTestDatabase) -> None:
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "noop-1"))
+        conn.commit()
+    db.registry.unregister("TEST_NOOP")
+    with (
+        db.connect() as conn,
+        pytest.raises(UndecodableAction, match="a kind this build does not have"),
+    ):
+        db.outbox.lane(conn, "lane")

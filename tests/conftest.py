@@ -1,0 +1,1 @@
+"""Cross-package suites: real PostgreSQL through the outbox_core pytest plugin."""
