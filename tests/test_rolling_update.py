@@ -11,11 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from outbox_core import ActionRequest, Outbox
 from outbox_core.testing import OutboxTestDatabase
 
-from .rolling.builds import KIND, NEW_KIND, RECORD, SCENARIOS, kind_of, key, payload, registry
+from .rolling.builds import KIND, NEW_KIND, RECORD, SCENARIOS, key, kind_of, payload, registry
 
 RUN_BUILD = Path(__file__).resolve().parent / "rolling" / "run_build.py"
 

@@ -8,8 +8,6 @@ import os
 from typing import Any
 
 import psycopg
-from pydantic import BaseModel
-
 from outbox_core import (
     ActionAdapter,
     ActionAttempt,
@@ -18,6 +16,7 @@ from outbox_core import (
     Done,
     KindRegistry,
 )
+from pydantic import BaseModel
 
 SCENARIOS = ("tagged", "kind", "enum", "suffix")
 KIND = "ROLL_K"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from outbox_core import Outbox, OutboxSettings  # noqa: E402
-from outbox_core.executor import Executor  # noqa: E402
-from tests.rolling.builds import registry  # noqa: E402
+from outbox_core import Outbox, OutboxSettings
+from outbox_core.executor import Executor
+
+from tests.rolling.builds import registry
 
 
 async def main() -> None:
