@@ -402,15 +402,65 @@ async def _run_executor(executor: Any) -> None:
         await executor.close()
 
 
+@main.command(epilog=CONFIG_HELP)
+@click.option(
+    "--count",
+    default=36,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="demo actions to enqueue",
+)
+@click.option(
+    "--lanes",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="lanes to spread them over",
+)
+@click.option(
+    "--file",
+    "target",
+    default="outbox-quickstart.txt",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="where the demo kind appends its lines",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="embedded server's data folder (no database configured)",
+)
+@click.pass_obj
+@_guard
+def quickstart(state: State, count: int, lanes: int, target: Path, data_dir: Path | None) -> None:
+    """Try outbox: migrate, enqueue demo actions whose effect is lines appended to a file, run
+    them with a progress bar, and print the status table. With no database configured it
+    starts an embedded PostgreSQL and stops it at the end."""
+    from .quickstart import run_quickstart
+
+    settings = state.settings
+    with database(settings, data_dir, migrate_first=True) as url:
+        done = run_quickstart(url, settings, target=target, count=count, lanes=lanes)
+    if done != count:
+        fail(f"{count - done} of {count} demo actions did not end DONE")
+    click.echo(f"all {count} demo actions ended DONE; see {target}")
+
+
 @contextmanager
-def database(settings: OutboxSettings, data_dir: Path | None) -> Iterator[str]:
+def database(
+    settings: OutboxSettings, data_dir: Path | None, *, migrate_first: bool = False
+) -> Iterator[str]:
     """The configured server, or an embedded one (said in one line) migrated on start."""
     url = settings.dsn()
     if url is not None:
         if data_dir is not None:
             fail("--data-dir is for the embedded server; a database URL is configured", EXIT_USAGE)
-        with connected(url):
-            pass
+        with connected(url, autocommit=True) as conn:
+            if migrate_first:
+                from .migrations import migrate as apply
+                from .plugins import load_plugins
+
+                apply(conn, settings.schema_name, load_plugins().migration_lines)
         yield url
         return
     from .embedded import EmbeddedPostgres

@@ -210,6 +210,8 @@ def script(schema: str, migrations: Sequence[Migration]) -> str:
     """The SQL of ``migrations`` for teams that apply it with their own tool: each file in a
     transaction with the row that tells ``outbox migrate`` it is applied."""
     quoted = quote_schema(schema)
+    if not migrations:
+        return f"-- outbox: nothing to apply; schema {quoted} is up to date\n"
     parts = [
         "-- outbox migrations for schema " + quoted,
         "SELECT pg_advisory_lock(" + str(_lock_key(schema)) + ");",

@@ -122,10 +122,20 @@ class OutboxSettings(SectionSettings):
     def _url_is_postgres(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        text = value.get_secret_value()
-        if not text.startswith(("postgresql://", "postgres://")):
+        text = value.get_secret_value().strip()
+        if not text:
+            return None
+        if "://" in text and not text.startswith(("postgresql://", "postgres://")):
             raise ValueError("expected a URL that starts with postgresql://")
-        return value
+        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.errors import ProgrammingError
+
+        try:
+            conninfo_to_dict(text)
+        except ProgrammingError as exc:
+            # libpq's message, which names the bad part but never the password.
+            raise ValueError(f"malformed ({str(exc).strip()})") from None
+        return SecretStr(text)
 
     @model_validator(mode="after")
     def _lease_outlasts_margin(self) -> OutboxSettings:

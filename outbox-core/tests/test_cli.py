@@ -1,0 +1,193 @@
+"""The outbox command: every subcommand, and bad input that changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from outbox_core import ActionRequest
+from outbox_core.cli import main
+from outbox_core.testing import OutboxTestDatabase
+
+
+def outbox(db: OutboxTestDatabase | None, *args: str, env: dict[str, str] | None = None) -> Result:
+    environment = {"OUTBOX_DATABASE_URL": db.url} if db is not None else {}
+    environment.update(env or {})
+    return CliRunner().invoke(main, list(args), env=environment, catch_exceptions=False)
+
+
+def snapshot(db: OutboxTestDatabase) -> list[tuple[Any, ...]]:
+    return db.rows("SELECT * FROM {schema}.agent_action ORDER BY id")
+
+
+def enqueue(db: OutboxTestDatabase, key: str, **fields: Any) -> int:
+    with db.connect() as conn:
+        action_id = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", key, **fields)).id
+        conn.commit()
+    return action_id
+
+
+@pytest.fixture
+def noop_installed(monkeypatch: pytest.MonkeyPatch, db: OutboxTestDatabase) -> OutboxTestDatabase:
+    """The CLI builds its Outbox from the installed plugins; give it this test's registry."""
+    from outbox_core import outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module.Outbox, "registry", property(lambda self: db.registry))
+    return db
+
+
+def test_help_explains_the_configuration() -> None:
+    result = outbox(None, "--help")
+    assert result.exit_code == 0
+    assert "OUTBOX_DATABASE_URL" in result.output and "quickstart" in result.output
+    for command in ("migrate", "run", "plugins", "status", "show", "cancel", "erase", "quickstart"):
+        sub = outbox(None, command, "--help")
+        assert sub.exit_code == 0 and "OUTBOX_DATABASE_URL" in sub.output, command
+
+
+def test_migrate_on_a_migrated_database_applies_nothing(db: OutboxTestDatabase) -> None:
+    result = outbox(db, "migrate")
+    assert result.exit_code == 0, result.output
+    assert "nothing to apply" in result.output
+
+
+def test_migrate_print_shows_pending_sql_only(db: OutboxTestDatabase) -> None:
+    result = outbox(db, "migrate", "--print")
+    assert result.exit_code == 0
+    assert result.output == '-- outbox: nothing to apply; schema "outbox" is up to date\n'
+    everything = outbox(db, "migrate", "--print", "--all")
+    assert 'CREATE TABLE "outbox".agent_action' in everything.output
+
+
+def test_plugins_reports_applied_migrations(db: OutboxTestDatabase) -> None:
+    result = outbox(db, "plugins")
+    core = next(
+        p for p in json.loads(result.output)["plugins"] if p["distribution"] == "outbox-core"
+    )
+    assert core["migrations"]["core"] == {"applied": [1, 2], "pending": []}
+
+
+def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> None:
+    db = noop_installed
+    first = enqueue(db, "a", subject_account_id="person-1")
+    second = enqueue(db, "b")
+    status = json.loads(outbox(db, "status", "--json").output)
+    assert {k["kind"]: k["due"] for k in status["kinds"]}["TEST_NOOP"] == 2
+    assert "TEST_NOOP" in outbox(db, "status").output
+    shown = json.loads(outbox(db, "show", str(second)).output)
+    assert shown["state"] == "ADMITTED" and "payload" not in shown
+    assert "payload" in json.loads(outbox(db, "show", str(second), "--payload").output)
+    result = outbox(db, "cancel", str(second))
+    assert result.exit_code == 0 and f"cancelled action {second}" in result.output
+    erased = json.loads(outbox(db, "erase", "--subject", "person-1").output)
+    assert erased["actions"] == 1
+    assert db.rows("SELECT id, state FROM {schema}.agent_action") == [(second, "CANCELLED")]
+    assert first not in [r[0] for r in db.rows("SELECT id FROM {schema}.agent_action")]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message", "code"),
+    [
+        (["show", "999999"], None, "no action 999999", 1),
+        (["cancel", "999999"], None, "no action 999999", 1),
+        (["show", "not-a-number"], None, "'not-a-number' is not a valid integer", 2),
+        (
+            ["status"],
+            {"OUTBOX_DATABASE_URL": "mysql://nope"},
+            "database_url: Value error, expected a URL that starts with postgresql://",
+            2,
+        ),
+        (
+            ["status"],
+            {"OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"},
+            "cannot reach the database",
+            1,
+        ),
+        (
+            ["status"],
+            {"OUTBOX_DATABASE_URL": "postgresql://user@[::1/db"},
+            "database_url: Value error, malformed (end of string reached",
+            2,
+        ),
+        (
+            ["status"],
+            {"OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/x?sslmode=bogus"},
+            'invalid sslmode value: "bogus"',
+            1,
+        ),
+        (
+            ["status"],
+            {"OUTBOX_SCHEMA": "Bad-Name"},
+            "schema_name: Value error, use a lower-case name",
+            2,
+        ),
+        (["run", "--kinds", "NO_SUCH"], None, "--kinds: unknown NO_SUCH; installed kinds:", 2),
+        (["erase"], None, "Missing option '--subject'", 2),
+        (["--config", "/no/such.toml", "status"], None, "--config /no/such.toml: no such file", 2),
+    ],
+)
+def test_bad_input_gets_a_clear_message_a_nonzero_exit_and_changes_nothing(
+    db: OutboxTestDatabase, args: list[str], env: dict[str, str] | None, message: str, code: int
+) -> None:
+    enqueue(db, "untouched")
+    before = snapshot(db)
+    result = CliRunner().invoke(main, args, env={"OUTBOX_DATABASE_URL": db.url, **(env or {})})
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert snapshot(db) == before
+
+
+def test_cancelling_a_started_action_is_refused(noop_installed: OutboxTestDatabase) -> None:
+    db = noop_installed
+    action_id = enqueue(db, "started")
+    db.execute(
+        "UPDATE {schema}.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() + interval '1 min'"
+    )
+    before = snapshot(db)
+    result = outbox(db, "cancel", str(action_id))
+    assert result.exit_code == 1
+    assert f"action {action_id} is EXECUTING: only an action that has not started" in result.output
+    assert snapshot(db) == before
+
+
+def test_no_database_configured_is_a_clear_error() -> None:
+    result = CliRunner().invoke(main, ["status"], env={"OUTBOX_DATABASE_URL": ""})
+    assert result.exit_code == 2
+    assert "no database configured: set OUTBOX_DATABASE_URL" in result.output
+
+
+def test_run_stops_gracefully_on_sigterm(db: OutboxTestDatabase) -> None:
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db.url, "OUTBOX_SHUTDOWN_SECONDS": "5"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox_core.cli", "run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # wait until its LISTEN connection is up
+            listening = db.scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+            )
+            if listening:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the executor never started listening")
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
