@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+
+from outbox_core import KindRegistry
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import (
@@ -14,7 +16,9 @@ from .kinds import (
 
 @pytest.fixture
 def db(outbox_db: OutboxTestDatabase) -> OutboxTestDatabase:
-    """A fresh database with the core's test kinds registered."""
+    """A fresh database with the core's test kinds registered, and only those: the kinds of
+    other installed plugins are theirs to test."""
+    outbox_db.registry = KindRegistry()
     for adapter in (
         NoopAdapter,
         FencedAdapter,

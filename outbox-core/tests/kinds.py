@@ -7,6 +7,8 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
+from pydantic import BaseModel
+
 from outbox_core import (
     Abandoned,
     ActionAdapter,
@@ -15,7 +17,6 @@ from outbox_core import (
     AdapterResult,
     Done,
 )
-from pydantic import BaseModel
 
 
 class Step(BaseModel):

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from outbox_core import ActionAdapter, EgressViolation
 
 from .kinds import FencedAdapter

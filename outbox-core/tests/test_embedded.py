@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from outbox_core import embedded
 from outbox_core.embedded import (
     ROOT_DATA_DIR,

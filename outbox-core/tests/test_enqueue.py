@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, SecretStr
+
 from outbox_core import (
     ActionAdapter,
     ActionRequest,
@@ -18,7 +20,6 @@ from outbox_core import (
     UnknownKind,
 )
 from outbox_core.testing import OutboxTestDatabase
-from pydantic import BaseModel, SecretStr
 
 from .kinds import Step
 

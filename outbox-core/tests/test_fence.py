@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from outbox_core import Abandoned, ActionAttempt, ActionRequest, AdapterResult, Done
 from outbox_core.attempt import LeaseLost
 from outbox_core.testing import OutboxTestDatabase

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import psycopg
 import pytest
+
 from outbox_core import ActionRequest, ActionState
 from outbox_core.states import TRANSITIONS, allows
 from outbox_core.testing import OutboxTestDatabase

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from outbox_core import MigrationError, MigrationLine
 from outbox_core.action import ACTION_COLUMNS
 from outbox_core.migrations import applied, core_line, migrate, plan, script

@@ -9,6 +9,7 @@ import pytest
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
 from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Failed
 from outbox_core.testing import OutboxTestDatabase
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from outbox_core import ActionAdapter, Done, RegistrationError, hookspecs
 from outbox_core.errors import PluginLoadError
 from outbox_core.plugins import build_host, forget_loaded_plugins, load_plugins

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from outbox_core import (
     Abandoned,
     ActionAttempt,

@@ -9,9 +9,10 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError, create_model
+
 from outbox_core import ActionRequest, ActionVariants, UndecodableAction
 from outbox_core.testing import OutboxTestDatabase
-from pydantic import BaseModel, ValidationError, create_model
 
 from .kinds import Paint
 

@@ -70,9 +70,13 @@ def run_quickstart(
     outbox = Outbox(schema=settings.schema_name, registry=registry, settings=settings)
     with psycopg.connect(url) as conn:
         conn.execute(
-            f'INSERT INTO "{settings.schema_name}".action_kind (kind, at_most_once, instance_level, line) '
-            "VALUES (%s, false, true, 'quickstart') ON CONFLICT (kind) DO NOTHING",
-            (DEMO_KIND,),
+            outbox.queries["register_kind"],
+            {
+                "kind": DEMO_KIND,
+                "at_most_once": False,
+                "instance_level": True,
+                "line": "quickstart",
+            },
         )
         run = conn.execute("SELECT to_char(clock_timestamp(), 'YYYYMMDDHH24MISSUS')").fetchone()
         assert run is not None
@@ -103,7 +107,7 @@ async def _run(
     stop = asyncio.Event()
     executor = Executor(outbox, url, settings=settings)
     runner = asyncio.create_task(executor.run(stop))
-    query = f"SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at IS NOT NULL) FROM \"{settings.schema_name}\".agent_action WHERE id = ANY(%s)"
+    query = outbox.queries["progress"]
     columns: list[Any] = [
         TextColumn("running"),
         BarColumn(),
@@ -117,7 +121,7 @@ async def _run(
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
             async with conn:
                 for _ in range(600):
-                    cursor = await conn.execute(query, (ids,))
+                    cursor = await conn.execute(query, {"ids": ids})
                     row = await cursor.fetchone()
                     assert row is not None
                     done, ended = row

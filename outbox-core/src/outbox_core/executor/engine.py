@@ -8,6 +8,7 @@ that calls ``ActionAdapter.execute``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -74,6 +75,7 @@ class Executor:
         )
         self._ender: Batcher[Ending, bool] = Batcher(self._flush_endings, name="outbox-ender")
         self._running: set[asyncio.Task[None]] = set()
+        self._held: dict[str, int] = {}
         self._kind_slots: dict[str, asyncio.Semaphore] = {}
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
@@ -192,26 +194,51 @@ class Executor:
                 continue
             limit = min(free, self.settings.claim_batch)
             self._wake.clear()
+            more = False
             try:
-                rows, visited = await self._claim(limit)
+                # One claim per kind that has a slot limit, bounded by its free slots: an
+                # attempt never waits on its kind's slots while its lease runs down.
+                for kinds, group_limit in self._claim_groups(limit):
+                    rows, visited = await self._claim(group_limit, kinds)
+                    self._dispatch(rows)
+                    more = more or visited >= group_limit
             except psycopg.OperationalError as exc:
                 event("executor.claim.failed", level=logging.WARNING, error=str(exc))
                 await asyncio.sleep(1.0 + random.random())
                 continue
-            self._dispatch(rows)
-            if visited >= limit:
+            if more:
                 continue
             poll = self.settings.poll_seconds * random.uniform(0.8, 1.2)
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll)
 
-    async def _claim(self, limit: int) -> tuple[list[tuple[Any, ...]], int]:
+    def _kind_limit(self, kind: str) -> int | None:
+        return self.settings.kind_concurrency.get(kind) or self.adapter(kind).max_concurrency
+
+    def _claim_groups(self, limit: int) -> list[tuple[list[str] | None, int]]:
+        limited = {kind: cap for kind in self.kinds if (cap := self._kind_limit(kind))}
+        if not limited:
+            return [(None, limit)]
+        groups: list[tuple[list[str] | None, int]] = []
+        free = [kind for kind in self.kinds if kind not in limited]
+        if free:
+            groups.append((free, limit))
+        for kind, cap in limited.items():
+            room = min(limit, cap - self._held.get(kind, 0))
+            if room > 0:
+                groups.append(([kind], room))
+        return groups
+
+    async def _claim(
+        self, limit: int, kinds: list[str] | None = None
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        chosen = self.filter if kinds is None else self.outbox.registry.filter(kinds)
         params = {
             "limit": limit,
             "lease": self.settings.lease_seconds,
-            "kinds": self.filter.kinds,
-            "paths": self.filter.paths,
-            "suffixes": self.filter.suffixes,
+            "kinds": chosen.kinds,
+            "paths": chosen.paths,
+            "suffixes": chosen.suffixes,
         }
         async with self._pool().connection() as conn:
             cursor = await conn.execute(self.queries["claim"], params, prepare=True)
@@ -244,12 +271,18 @@ class Executor:
                 task = asyncio.create_task(
                     self._attempt(claimed), name=f"outbox-attempt-{claimed.id}"
                 )
+                self._held[claimed.kind] = self._held.get(claimed.kind, 0) + 1
+                task.add_done_callback(functools.partial(self._release, claimed.kind))
             else:
                 task = asyncio.create_task(self._reap(op, row), name=f"outbox-reap-{claimed.id}")
             self._running.add(task)
             task.add_done_callback(self._finished)
             started.append(task)
         return started
+
+    def _release(self, kind: str, _task: asyncio.Task[None]) -> None:
+        self._held[kind] -= 1
+        self._wake.set()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -409,6 +442,17 @@ class Executor:
     # -- endings -------------------------------------------------------------------------------
 
     async def _flush_endings(self, endings: Sequence[Ending]) -> list[bool]:
+        # A transient failure (a dropped connection, a deadlock, a failover) loses nothing:
+        # every ending is conditional on its epoch and state, so writing it again is safe.
+        for retry in range(5):
+            try:
+                return await self._flush_endings_once(endings)
+            except psycopg.OperationalError as exc:
+                event("executor.end.retry", level=logging.WARNING, error=str(exc), retry=retry)
+                await asyncio.sleep(min(0.05 * 2**retry, 2.0))
+        return await self._flush_endings_once(endings)
+
+    async def _flush_endings_once(self, endings: Sequence[Ending]) -> list[bool]:
         try:
             changed = await self._write_endings(endings)
         except _HookFailed:

@@ -305,3 +305,15 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS h
                                      %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]))
  ORDER BY b.created_at
  LIMIT %(limit)s
+
+-- name: register_kind
+-- A kind registered outside a migration line (the quickstart's demo kind, tests' throwaway
+-- kinds). Kinds are only ever added.
+INSERT INTO {schema}.action_kind (kind, at_most_once, instance_level, line)
+VALUES (%(kind)s, %(at_most_once)s, %(instance_level)s, %(line)s)
+ON CONFLICT (kind) DO NOTHING
+
+-- name: progress
+SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at IS NOT NULL)
+  FROM {schema}.agent_action
+ WHERE id = ANY(%(ids)s::bigint[])

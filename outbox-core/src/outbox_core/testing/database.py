@@ -125,14 +125,14 @@ class OutboxTestDatabase:
     def register_kind(self, adapter: type[ActionAdapter], *, line: str = "test") -> None:
         """Register a throwaway kind for this test: in the registry and in the database."""
         self.registry.register(adapter, distribution="(test)")
+        params = {
+            "kind": adapter.kind,
+            "at_most_once": adapter.at_most_once,
+            "instance_level": adapter.instance_level,
+            "line": line,
+        }
         with self.connect(autocommit=True) as conn:
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {}.action_kind (kind, at_most_once, instance_level, line) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (kind) DO NOTHING"
-                ).format(sql.Identifier(self.schema)),
-                (adapter.kind, adapter.at_most_once, adapter.instance_level, line),
-            )
+            conn.execute(self.outbox.queries["register_kind"], params)
 
     def configure(self, **values: Any) -> None:
         """Change the settings the outbox and its executors use in this test."""
