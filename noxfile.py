@@ -71,8 +71,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def types(session: nox.Session) -> None:
-    session.install("mypy==2.4.1", "./outbox-core[test]")
-    session.run("mypy", "--strict", "outbox-core/src")
+    session.install("mypy==2.4.1", *(f"./{package}[test]" for package in PACKAGES))
+    for package in PACKAGES:
+        session.run("mypy", "--strict", f"{package}/src")
 
 
 @nox.session(python="3.11")

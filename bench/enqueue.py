@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 
 import psycopg
+from harness import Timer, bench_database, emit, log, median
 from psycopg.types.json import Jsonb
 
-from harness import Timer, bench_database, emit, log, median
 from outbox_core import ActionRequest
 
 RAW_INSERT = (
@@ -32,21 +32,39 @@ def one_run(single: int, bulk: int) -> dict[str, float]:
         with psycopg.connect(db.url) as conn:
             with Timer() as timer:
                 for i in range(single):
-                    outbox.enqueue(conn, ActionRequest("BENCH_NOOP", f"lane-{i % 1000}", f"single-{i}", payload={"n": i}))
+                    outbox.enqueue(
+                        conn,
+                        ActionRequest(
+                            "BENCH_NOOP", f"lane-{i % 1000}", f"single-{i}", payload={"n": i}
+                        ),
+                    )
                     conn.commit()
             out["single_per_s"] = single / timer.seconds
             with Timer() as timer:
                 for i in range(single):
-                    conn.execute(RAW_INSERT, ("BENCH_NOOP", f"lane-{i % 1000}", f"raw-single-{i}", Jsonb({"n": i})))
+                    conn.execute(
+                        RAW_INSERT,
+                        ("BENCH_NOOP", f"lane-{i % 1000}", f"raw-single-{i}", Jsonb({"n": i})),
+                    )
                     conn.commit()
             out["raw_single_per_s"] = single / timer.seconds
-            requests = [ActionRequest("BENCH_NOOP", f"lane-{i % 1000}", f"bulk-{i}", payload={"n": i}) for i in range(bulk)]
+            requests = [
+                ActionRequest("BENCH_NOOP", f"lane-{i % 1000}", f"bulk-{i}", payload={"n": i})
+                for i in range(bulk)
+            ]
             with Timer() as timer:
                 outbox.enqueue_many(conn, requests)
                 conn.commit()
             out["bulk_per_s"] = bulk / timer.seconds
             with Timer() as timer:
-                conn.execute(RAW_BULK, ([f"lane-{i % 1000}" for i in range(bulk)], [f"raw-bulk-{i}" for i in range(bulk)], [Jsonb({"n": i}) for i in range(bulk)]))
+                conn.execute(
+                    RAW_BULK,
+                    (
+                        [f"lane-{i % 1000}" for i in range(bulk)],
+                        [f"raw-bulk-{i}" for i in range(bulk)],
+                        [Jsonb({"n": i}) for i in range(bulk)],
+                    ),
+                )
                 conn.commit()
             out["raw_bulk_per_s"] = bulk / timer.seconds
     return out
@@ -63,8 +81,23 @@ def main() -> None:
         run = one_run(args.single, args.bulk)
         log(f"run {index + 1}: " + ", ".join(f"{k}={v:,.0f}" for k, v in run.items()))
         runs.append(run)
-    summary = {key: {"median": median([r[key] for r in runs]), "min": min(r[key] for r in runs), "max": max(r[key] for r in runs)} for key in runs[0]}
-    emit({"bench": "enqueue", "single": args.single, "bulk": args.bulk, "runs": runs, "summary": summary})
+    summary = {
+        key: {
+            "median": median([r[key] for r in runs]),
+            "min": min(r[key] for r in runs),
+            "max": max(r[key] for r in runs),
+        }
+        for key in runs[0]
+    }
+    emit(
+        {
+            "bench": "enqueue",
+            "single": args.single,
+            "bulk": args.bulk,
+            "runs": runs,
+            "summary": summary,
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -67,7 +68,9 @@ def bench_database(**settings: Any) -> Iterator[OutboxTestDatabase]:
     host = build_host()
     template = build_template(ADMIN_URL, host.migration_lines, "outbox")
     with fresh_database(ADMIN_URL, template, prefix="outbox_bench") as (url, name):
-        db = OutboxTestDatabase(url=url, name=name, schema="outbox", host=host, registry=KindRegistry())
+        db = OutboxTestDatabase(
+            url=url, name=name, schema="outbox", host=host, registry=KindRegistry()
+        )
         for kind in BENCH_KINDS:
             db.register_kind(kind)
         db.settings = OutboxSettings(schema_name="outbox", **settings)
@@ -112,19 +115,18 @@ def log(message: str) -> None:
 
 
 class BenchLatency(ActionAdapter):
-    """Appends (action id, wall-clock start) to the file named by OUTBOX_BENCH_STARTS."""
+    """Notes (action id, wall-clock start); the bench worker writes them out when it stops."""
 
     kind = "BENCH_LATENCY"
     instance_level = True
+    starts: ClassVar[list[tuple[int, float]]] = []
 
     @classmethod
     def variants(cls) -> ActionVariants:
         return ActionVariants.one(Job)
 
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
-        started = time.time()
-        with open(os.environ["OUTBOX_BENCH_STARTS"], "a", encoding="utf-8") as out:
-            out.write(f"{attempt.id} {started:.6f}\n")
+        type(self).starts.append((attempt.id, time.time()))
         return Done()
 
 
@@ -135,3 +137,21 @@ class BenchOther(BenchNoop):
 
 
 BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther)
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time (user + system) of every running `postgres` process on this machine, from /proc.
+    Read it before and after a run while the run's connections are still open."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name != "postgres":
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks

@@ -25,8 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from harness import (
+    BENCH_KINDS,
+    BenchLatency,
+    Timer,
+    bench_database,
+    emit,
+    log,
+    percentile,
+    postgres_cpu_seconds,
+)
 
-from harness import BENCH_KINDS, Timer, bench_database, emit, log, percentile
 from outbox_core import ActionRequest, KindRegistry, Outbox, OutboxSettings
 from outbox_core.executor import Executor
 
@@ -112,17 +121,33 @@ async def worker(args: argparse.Namespace) -> None:
     if args.profile:
         profiler.disable()
         profiler.dump_stats(args.profile + f".{os.getpid()}")
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"rss_mb {rss_mb:.1f}", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"rss_mb {usage.ru_maxrss / 1024:.1f}", flush=True)
+    print(f"cpu_s {usage.ru_utime + usage.ru_stime:.3f}", flush=True)
 
 
 def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subprocess.Popen[str]]:
-    command = [sys.executable, __file__, "worker", "--url", url, "--kind", kind,
-               "--concurrency", str(args.concurrency), "--claim-batch", str(args.claim_batch),
-               "--pool-size", str(args.pool_size)]
+    command = [
+        sys.executable,
+        __file__,
+        "worker",
+        "--url",
+        url,
+        "--kind",
+        kind,
+        "--concurrency",
+        str(args.concurrency),
+        "--claim-batch",
+        str(args.claim_batch),
+        "--pool-size",
+        str(args.pool_size),
+    ]
     if args.profile:
         command += ["--profile", args.profile]
-    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ}) for _ in range(args.processes)]
+    procs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ})
+        for _ in range(args.processes)
+    ]
     for proc in procs:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -131,16 +156,18 @@ def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subproc
     return procs
 
 
-def stop_workers(procs: list[subprocess.Popen[str]]) -> list[float]:
-    rss = []
+def stop_workers(procs: list[subprocess.Popen[str]]) -> dict[str, list[float]]:
+    """SIGTERM each worker; collect what each reports at exit (rss_mb, cpu_s)."""
+    reports: dict[str, list[float]] = {"rss_mb": [], "cpu_s": []}
     for proc in procs:
         proc.terminate()
     for proc in procs:
         out, _ = proc.communicate(timeout=120)
         for line in out.splitlines():
-            if line.startswith("rss_mb"):
-                rss.append(float(line.split()[1]))
-    return rss
+            name, _, value = line.partition(" ")
+            if name in reports:
+                reports[name].append(float(value))
+    return reports
 
 
 def burn(args: argparse.Namespace) -> dict[str, Any]:
@@ -158,13 +185,20 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(db.url) as conn:
             for start in range(0, args.actions, 10_000):
                 stop = min(start + 10_000, args.actions)
-                outbox.enqueue_many(conn, [ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}") for i in range(start, stop)])
+                outbox.enqueue_many(
+                    conn,
+                    [
+                        ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}")
+                        for i in range(start, stop)
+                    ],
+                )
                 conn.commit()
         with psycopg.connect(db.url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE outbox.agent_action")
             conn.execute("VACUUM ANALYZE outbox.action_lane")
             conn.execute("SELECT pg_stat_statements_reset()") if args.statements else None
         procs = start_workers(db.url, args, args.kind)
+        cpu_before = postgres_cpu_seconds()
         with psycopg.connect(db.url, autocommit=True) as conn:
             go_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             conn.execute("NOTIFY bench_go")
@@ -175,21 +209,43 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     stop_workers(procs)
                     raise TimeoutError("the burn-down did not finish in time")
                 time.sleep(0.2)
-            end_at = conn.execute("SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%'", (kind,)).fetchone()[0]  # type: ignore[index]
-            done = conn.execute("SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND state = 'DONE' AND lane_key LIKE 'm-%%'", (kind,)).fetchone()[0]  # type: ignore[index]
+            end_at = conn.execute(
+                "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%'",
+                (kind,),
+            ).fetchone()[0]  # type: ignore[index]
+            done = conn.execute(
+                "SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND state = 'DONE' AND lane_key LIKE 'm-%%'",
+                (kind,),
+            ).fetchone()[0]  # type: ignore[index]
             statements = None
             if args.statements:
                 statements = conn.execute(
                     "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
                     "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 12"
                 ).fetchall()
-        rss = stop_workers(procs)
+        server_cpu = postgres_cpu_seconds() - cpu_before
+        reports = stop_workers(procs)
     seconds = (end_at - go_at).total_seconds()
-    result = {"bench": "burn", "kind": args.kind, "processes": args.processes, "pending": args.pending,
-              "pending_count": args.pending_count if args.pending != "none" else 0,
-              "actions": args.actions, "lanes": args.lanes, "done": done, "seconds": round(seconds, 3),
-              "rate_per_s": round(args.actions / seconds), "max_rss_mb": max(rss) if rss else None,
-              "settings": {"concurrency": args.concurrency, "claim_batch": args.claim_batch, "pool_size": args.pool_size}}
+    result = {
+        "bench": "burn",
+        "kind": args.kind,
+        "processes": args.processes,
+        "pending": args.pending,
+        "pending_count": args.pending_count if args.pending != "none" else 0,
+        "actions": args.actions,
+        "lanes": args.lanes,
+        "done": done,
+        "seconds": round(seconds, 3),
+        "rate_per_s": round(args.actions / seconds),
+        "max_rss_mb": max(reports["rss_mb"], default=None),
+        "worker_cpu_us_per_action": round(sum(reports["cpu_s"]) / args.actions * 1e6, 1),
+        "server_cpu_us_per_action": round(server_cpu / args.actions * 1e6, 1),
+        "settings": {
+            "concurrency": args.concurrency,
+            "claim_batch": args.claim_batch,
+            "pool_size": args.pool_size,
+        },
+    }
     if statements:
         result["pg_stat_statements"] = [list(map(str, row)) for row in statements]
     return result
@@ -207,24 +263,34 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1.0)  # the executor's first claim finds nothing and it goes idle
         with psycopg.connect(db.url) as conn:
             for i in range(args.samples):
-                action_id = db.outbox.enqueue(conn, ActionRequest("BENCH_LATENCY", f"lat-{i}", f"lat-{i}")).id
+                action_id = db.outbox.enqueue(
+                    conn, ActionRequest("BENCH_LATENCY", f"lat-{i}", f"lat-{i}")
+                ).id
                 conn.commit()
                 committed[action_id] = time.time()
                 time.sleep(args.gap)
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if starts.exists() and len(starts.read_text().splitlines()) >= args.samples:
-                    break
+            live = "SELECT count(*) FROM outbox.agent_action WHERE kind = 'BENCH_LATENCY' AND ended_at IS NULL"
+            while conn.execute(live).fetchone()[0] and time.monotonic() < deadline:  # type: ignore[index]
                 time.sleep(0.05)
         stop_workers(procs)
-        started = {int(a): float(b) for a, b in (line.split() for line in starts.read_text().splitlines())}
+        started = {
+            int(a): float(b) for a, b in (line.split() for line in starts.read_text().splitlines())
+        }
     waits = [(started[i] - committed[i]) * 1000 for i in committed if i in started]
-    return {"bench": "latency", "samples": len(waits), "p50_ms": round(percentile(waits, 50), 2),
-            "p99_ms": round(percentile(waits, 99), 2), "max_ms": round(max(waits), 2)}
+    return {
+        "bench": "latency",
+        "samples": len(waits),
+        "p50_ms": round(percentile(waits, 50), 2),
+        "p99_ms": round(percentile(waits, 99), 2),
+        "max_ms": round(max(waits), 2),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("mode", choices=["burn", "latency", "worker"])
     parser.add_argument("--kind", choices=sorted(KINDS), default="noop")
     parser.add_argument("--actions", type=int, default=100_000)
@@ -239,11 +305,16 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.02)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", default=None, help="cProfile each worker into PATH.<pid>")
-    parser.add_argument("--statements", action="store_true", help="report pg_stat_statements (needs the extension)")
+    parser.add_argument(
+        "--statements", action="store_true", help="report pg_stat_statements (needs the extension)"
+    )
     parser.add_argument("--url", default=None)
     args = parser.parse_args()
     if args.mode == "worker":
         asyncio.run(worker(args))
+        if args.kind == "latency":
+            starts = "".join(f"{action_id} {at:.6f}\n" for action_id, at in BenchLatency.starts)
+            Path(os.environ["OUTBOX_BENCH_STARTS"]).write_text(starts)
         return
     emit(burn(args) if args.mode == "burn" else latency(args))
 

@@ -37,13 +37,28 @@ def test_the_quickstart_runs_every_demo_action_and_stops_its_server(world: Path)
     venv = world / "venv"
     uv = [sys.executable, "-m", "uv"]
     subprocess.run([*uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
-    subprocess.run([*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                    f"{REPO / 'outbox-core'}[embedded]"], check=True)
+    subprocess.run(
+        [
+            *uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(venv / "bin" / "python"),
+            f"{REPO / 'outbox-core'}[embedded]",
+        ],
+        check=True,
+    )
     env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
     data, lines = world / "data", world / "lines.txt"
     completed = subprocess.run(
         [str(venv / "bin" / "outbox"), "quickstart", "--data-dir", str(data), "--file", str(lines)],
-        cwd=world, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=world,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
@@ -53,6 +68,8 @@ def test_the_quickstart_runs_every_demo_action_and_stops_its_server(world: Path)
     assert "QUICKSTART_LINE" in output  # the status table
     assert postmasters_of(data) == []
     assert not (data / "pgdata" / "postmaster.pid").exists()
-    port = next(int(word.split(":")[-1]) for word in output.split() if word.startswith("127.0.0.1:"))
+    port = next(
+        int(word.split(":")[-1]) for word in output.split() if word.startswith("127.0.0.1:")
+    )
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from outbox_core import ActionRequest, Outbox
 from outbox_core.testing import OutboxTestDatabase
 

@@ -55,14 +55,27 @@ def test_the_example_plugin_builds_installs_and_runs_one_action(tmp_path: Path) 
     subprocess.run([*uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
     subprocess.run(
-        [*uv, "pip", "install", "--quiet", "--python", str(python),
-         f"{REPO / 'outbox-core'}[test]", f"{dist}[test]"],
+        [
+            *uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(python),
+            f"{REPO / 'outbox-core'}[test]",
+            f"{dist}[test]",
+        ],
         check=True,
     )
     env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
     completed = subprocess.run(
         [str(python), "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"],
-        cwd=dist, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=dist,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "2 passed" in completed.stdout

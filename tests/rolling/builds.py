@@ -8,6 +8,8 @@ import os
 from typing import Any
 
 import psycopg
+from pydantic import BaseModel
+
 from outbox_core import (
     ActionAdapter,
     ActionAttempt,
@@ -16,7 +18,6 @@ from outbox_core import (
     Done,
     KindRegistry,
 )
-from pydantic import BaseModel
 
 SCENARIOS = ("tagged", "kind", "enum", "suffix")
 KIND = "ROLL_K"

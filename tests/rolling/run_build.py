@@ -13,7 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from outbox_core import Outbox, OutboxSettings
 from outbox_core.executor import Executor
-
 from tests.rolling.builds import registry
 
 

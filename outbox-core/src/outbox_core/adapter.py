@@ -86,6 +86,10 @@ class ActionAdapter(abc.ABC):
         """Called in the transaction that makes the action wait again after ``Retry`` or
         ``Defer`` (a domain event such as DRAFT_DEFERRED belongs here)."""
 
+    async def aclose(self) -> None:
+        """Called once when the executor that built this instance closes: release what the
+        adapter keeps between attempts (pooled provider connections). Writes no effect."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("execute")

@@ -201,7 +201,7 @@ def _call_each(
     kwargs_for: Callable[[PluginInfo], dict[str, Any]],
 ) -> None:
     """Call one hook plugin by plugin, so a failure names the plugin that failed."""
-    for impl in reversed(hook.get_hookimpls()):
+    for impl in hook.get_hookimpls():  # registration order, as the hookspecs promise
         info = who(impl)
         try:
             kwargs = kwargs_for(info)

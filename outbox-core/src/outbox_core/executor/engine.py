@@ -103,6 +103,16 @@ class Executor:
     async def close(self) -> None:
         await self._ender.close()
         await self._fencer.close()
+        for kind, adapter in self._adapters.items():
+            try:
+                await adapter.aclose()
+            except Exception as exc:
+                event(
+                    "executor.adapter_close.failed",
+                    level=logging.WARNING,
+                    kind=kind,
+                    error=type(exc).__name__,
+                )
         if self._relower_task is not None:
             self._relower_task.cancel()
             with suppress(asyncio.CancelledError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -178,12 +180,20 @@ def fresh_database(
     admin_url: str, template: str, prefix: str = "outbox_test"
 ) -> Iterator[tuple[str, str]]:
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    create = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+        sql.Identifier(name), sql.Identifier(template)
+    )
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
-            )
-        )
+        # Another session may be connected to the template for a moment (it is being built, or
+        # a test opened it): PostgreSQL refuses to copy it then. Try again for a while.
+        for attempt in range(50):
+            try:
+                conn.execute(create)
+                break
+            except psycopg.errors.ObjectInUse:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1 + 0.1 * random.random())
     try:
         yield with_database(admin_url, name), name
     finally:
