@@ -1,0 +1,550 @@
+"""``EmailAdapter``: the only adapter of ``EMAIL`` and the only code that talks SMTP.
+
+One attempt: the notice prepares the message again (nobody can receive it: FAILED with the
+notice's reason, nothing sent); a connection is taken from the pool or opened (connect, TLS,
+EHLO, AUTH); ``begin_write()``; then one SMTP transaction, MAIL FROM, RCPT TO, DATA and the
+content. The result follows from what the relay provably holds:
+
+==========================================  ==============================================
+what happened                               result
+==========================================  ==============================================
+connect, TLS, greeting or AUTH failed       Retry (before the fence: nothing was sent)
+4xx at MAIL, RCPT or DATA                   Retry (the relay holds nothing)
+5xx at MAIL, RCPT or DATA                   Failed, stop reason ``SMTP_<code>``
+disconnect or timeout before the content    Retry (a relay keeps no message without its
+                                            final ``.``)
+a pooled connection found dead at MAIL      one new connection in the same attempt
+(disconnect or 421)
+2xx after the content                       Done, ``readback_ref`` = the Message-ID
+4xx after the content                       Retry (the relay said it did not take it)
+5xx after the content                       Failed, ``SMTP_<code>``
+disconnect, timeout or any other answer     Uncertain, ``WRITE_UNCONFIRMED``: it may have
+after the content was handed to the socket  been accepted, so it is never sent again
+==========================================  ==============================================
+
+A failed login is retried whatever its code (also 535): it is the relay's or the operator's
+problem, which a later attempt may find fixed; the last attempt ends FAILED with
+ATTEMPTS_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
+
+from pydantic import BaseModel, model_validator
+
+from outbox_core import (
+    Abandoned,
+    ActionAdapter,
+    ActionAttempt,
+    ActionVariants,
+    AdapterResult,
+    ConfigurationError,
+    Done,
+    Failed,
+    OutboxSettings,
+    Retry,
+    StopReason,
+    Uncertain,
+)
+from outbox_core.observability import action_event
+
+from .errors import InvalidMail
+from .message import data_transfer, message_id, render
+from .notices import Mail, NoticeContext, NoticeRegistry, Unreachable, UnreachableReason
+from .settings import EmailSettings
+
+if TYPE_CHECKING:
+    from aiosmtplib import SMTP, SMTPResponse
+
+KIND = "EMAIL"
+TAG, BODY = "notice", "event"
+INVALID_MESSAGE = "INVALID_MESSAGE"
+REFUSED_CODES = range(500, 600)
+NO_NOTICE = "outbox_email:none"
+
+
+def refused_reason(code: int) -> str:
+    """The stop reason of a 5xx refusal: ``SMTP_550``."""
+    return f"SMTP_{code}"
+
+
+class NoNotice(BaseModel):
+    """The body of the placeholder variant declared while no notice is registered: it decodes
+    nothing, so such a build claims no ``EMAIL`` row (a newer build owns them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _never(cls, value: Any) -> Any:
+        raise ValueError(
+            "no email notice is registered; register one with the "
+            "outbox_register_email_notices hook"
+        )
+
+
+_aiosmtplib: ModuleType | None = None
+
+
+def _lib() -> ModuleType:
+    """aiosmtplib, imported when an adapter is built, not when the plugin is loaded."""
+    global _aiosmtplib
+    if _aiosmtplib is None:
+        import aiosmtplib
+
+        _aiosmtplib = aiosmtplib
+    return _aiosmtplib
+
+
+@dataclass(slots=True)
+class _Progress:
+    stage: str = "mail"
+    content_sent: bool = False
+    """True once the content was handed to the transport: from then on the relay may hold it."""
+
+
+class _Connection:
+    """One SMTP session; ``smtp`` is replaced in place when it is reopened."""
+
+    __slots__ = ("idle_since", "sent", "smtp")
+
+    def __init__(self, smtp: SMTP) -> None:
+        self.smtp = smtp
+        self.sent = 0
+        self.idle_since = 0.0
+
+    @property
+    def reused(self) -> bool:
+        return self.sent > 0
+
+
+class _Connections:
+    """The adapter's SMTP sessions in one event loop: at most ``max_connections`` open, idle
+    ones kept for ``idle_seconds`` when ``reuse_connections`` is on."""
+
+    def __init__(self, settings: EmailSettings, local_hostname: str | None) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.settings = settings
+        self.local_hostname = local_hostname
+        self._slots = asyncio.Semaphore(settings.max_connections)
+        self._idle: deque[_Connection] = deque()
+        self._janitor: asyncio.Task[None] | None = None
+
+    async def acquire(self) -> _Connection:
+        """A connected, authenticated session (the most recently used idle one, or a new one).
+        Holds a slot until :meth:`release`."""
+        await self._slots.acquire()
+        try:
+            while self._idle:
+                connection = self._idle.pop()
+                if connection.smtp.is_connected and not self._expired(connection):
+                    return connection
+                connection.smtp.close()
+            connection = _Connection(await self._open())
+            return connection
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def reopen(self, connection: _Connection) -> None:
+        """Replace a dead session by a new one, keeping the slot."""
+        connection.smtp.close()
+        connection.smtp = await self._open()
+        connection.sent = 0
+
+    def release(self, connection: _Connection, *, reusable: bool) -> None:
+        """Give the slot back; keep the session for the next message when it is clean."""
+        try:
+            if (
+                reusable
+                and self.settings.reuse_connections
+                and connection.smtp.is_connected
+                and connection.sent < self.settings.max_messages_per_connection
+            ):
+                connection.idle_since = time.monotonic()
+                self._idle.append(connection)
+                if self._janitor is None or self._janitor.done():
+                    self._janitor = self.loop.create_task(self._expire(), name="outbox-email-idle")
+            else:
+                connection.smtp.close()
+        finally:
+            self._slots.release()
+
+    async def quit(self, connection: _Connection) -> None:
+        """Say goodbye (QUIT) and close, ignoring a relay that does not answer."""
+        try:
+            await connection.smtp.quit(timeout=1.0)
+        except Exception:
+            pass
+        finally:
+            connection.smtp.close()
+
+    async def aclose(self) -> None:
+        idle = list(self._idle)
+        self._idle.clear()
+        await asyncio.gather(*(self.quit(connection) for connection in idle))
+        if self._janitor is not None:
+            self._janitor.cancel()
+            await asyncio.gather(self._janitor, return_exceptions=True)
+
+    def _expired(self, connection: _Connection) -> bool:
+        return time.monotonic() - connection.idle_since >= self.settings.idle_seconds
+
+    async def _expire(self) -> None:
+        """Close idle sessions after ``idle_seconds``; all of them when the loop shuts down
+        (the task is cancelled then), so no socket outlives its event loop."""
+        try:
+            while self._idle:
+                oldest = self._idle[0]
+                wait = oldest.idle_since + self.settings.idle_seconds - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                self._idle.popleft()
+                await self.quit(oldest)
+        finally:
+            while self._idle:
+                self._idle.pop().smtp.close()
+
+    async def _open(self) -> SMTP:
+        settings = self.settings
+        if self.local_hostname is None:
+            self.local_hostname = await asyncio.to_thread(socket.getfqdn)
+        smtp: SMTP = _lib().SMTP(
+            hostname=settings.host,
+            port=settings.effective_port,
+            use_tls=settings.tls == "implicit",
+            start_tls=settings.tls == "starttls",
+            username=settings.username,
+            password=None if settings.password is None else settings.password.get_secret_value(),
+            local_hostname=self.local_hostname,
+            timeout=settings.command_timeout_seconds,
+            validate_certs=settings.validate_certs,
+            cert_bundle=settings.cert_bundle,
+        )
+        await smtp.connect(timeout=settings.connect_timeout_seconds)
+        return smtp
+
+
+class EmailAdapter(ActionAdapter):
+    """Sends the ``EMAIL`` actions: one email notice each, over SMTP, at most once.
+
+    The plugin registers a class bound to the notices that the plugins registered
+    (:meth:`bind`); its ``variants()`` are tagged by notice name. Settings come from
+    :class:`EmailSettings` (``OUTBOX_EMAIL_*``) unless the bound class carries its own.
+    """
+
+    kind = KIND
+    at_most_once = True
+    instance_level = True
+    default_max_attempts = 8
+    retry_base = timedelta(seconds=30)
+    retry_cap = timedelta(minutes=30)
+    stop_reasons = frozenset(
+        {str(reason) for reason in UnreachableReason}
+        | {INVALID_MESSAGE}
+        | {refused_reason(code) for code in REFUSED_CODES}
+    )
+
+    notices: ClassVar[NoticeRegistry | None] = None
+    """The notices this class decodes (set by :meth:`bind`)."""
+    configured: ClassVar[EmailSettings | None] = None
+    """Settings that :meth:`build` uses instead of the environment (set by :meth:`bind`)."""
+
+    def __init__(
+        self,
+        settings: EmailSettings | None = None,
+        *,
+        notices: NoticeRegistry | None = None,
+        fence_margin_seconds: float = 60.0,
+    ) -> None:
+        self.settings = settings if settings is not None else EmailSettings()
+        if self.settings.send_timeout_seconds >= fence_margin_seconds:
+            raise ConfigurationError(
+                f"OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS ({self.settings.send_timeout_seconds}) must "
+                f"be below the fence margin ({fence_margin_seconds} s): the SMTP transaction "
+                "has to end within the lease that begin_write() guarantees"
+            )
+        found = notices if notices is not None else type(self).notices
+        self._notices = found if found is not None else NoticeRegistry()
+        self._connections: _Connections | None = None
+
+    # -- declaration ---------------------------------------------------------------------------
+
+    @classmethod
+    def bind(
+        cls, notices: NoticeRegistry, *, settings: EmailSettings | None = None
+    ) -> type[EmailAdapter]:
+        """This adapter class bound to ``notices`` (and to ``settings`` instead of the
+        environment): what the plugin registers, and what tests register for one test."""
+        return cast(
+            type[EmailAdapter],
+            type(
+                cls.__name__,
+                (cls,),
+                {
+                    "__module__": cls.__module__,
+                    "__qualname__": cls.__qualname__,
+                    "__doc__": cls.__doc__,
+                    "notices": notices,
+                    "configured": settings,
+                },
+            ),
+        )
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        """``{"notice": <name>, "event": {...}}``, one event model per registered notice."""
+        notices = cls.notices if cls.notices is not None else NoticeRegistry()
+        bodies: dict[str, type[BaseModel]] = {notice.name: notice.event for notice in notices}
+        return ActionVariants.tagged(TAG, BODY, bodies or {NO_NOTICE: NoNotice})
+
+    @classmethod
+    def build(cls, settings: OutboxSettings) -> Self:
+        _lib()
+        return cls(cls.configured, fence_margin_seconds=settings.fence_margin_seconds)
+
+    async def aclose(self) -> None:
+        """Close the pooled connections (QUIT). The executor's shutdown should call it."""
+        if self._connections is not None and self._connections.loop is _running_loop():
+            await self._connections.aclose()
+        self._connections = None
+
+    def _pool(self) -> _Connections:
+        loop = asyncio.get_running_loop()
+        if self._connections is None or self._connections.loop is not loop:
+            self._connections = _Connections(self.settings, self.settings.local_hostname)
+        return self._connections
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        name = str(attempt.payload.get(TAG))
+        notice = self._notices.get(name)
+        context = NoticeContext(
+            stage="attempt",
+            idempotency_key=attempt.idempotency_key,
+            workspace_id=attempt.workspace_id,
+            subject_account_id=attempt.subject_account_id,
+            attempt=attempt.number,
+        )
+        try:
+            # Typed loosely on purpose: a notice is application code and may return anything.
+            prepared: object = await notice.aprepare(attempt.body, context)
+        except InvalidMail as exc:
+            self._event(
+                "email.invalid_message", attempt, logging.WARNING, notice=name, error=str(exc)
+            )
+            return Failed(INVALID_MESSAGE)
+        except Exception as exc:
+            self._event(
+                "email.prepare_failed",
+                attempt,
+                logging.WARNING,
+                notice=name,
+                error=type(exc).__name__,
+            )
+            return Retry(why=f"notice {name!r} could not prepare the message: {type(exc).__name__}")
+        match prepared:
+            case Unreachable(reason=reason, detail=detail):
+                self._event(
+                    "email.unreachable",
+                    attempt,
+                    logging.INFO,
+                    notice=name,
+                    reason=str(reason),
+                    detail=detail,
+                )
+                return Failed(str(reason))
+            case Mail():
+                mail = prepared
+            case _:
+                self._event(
+                    "email.invalid_message",
+                    attempt,
+                    logging.WARNING,
+                    notice=name,
+                    error=f"prepare() returned {type(prepared).__name__}",
+                )
+                return Failed(INVALID_MESSAGE)
+
+        sender = self.settings.sender_address
+        domain = self.settings.effective_message_id_domain
+        if sender is None or domain is None:
+            self._event(
+                "email.not_configured", attempt, logging.ERROR, missing="OUTBOX_EMAIL_SENDER"
+            )
+            return Failed(StopReason.NOT_CONFIGURED)
+        reference = message_id(attempt.idempotency_key, domain)
+        content = data_transfer(render(mail, sender=sender, message_id=reference))
+
+        pool = self._pool()
+        try:
+            connection = await pool.acquire()
+        except Exception as exc:
+            # Connect, TLS, greeting, EHLO or AUTH failed: no transaction began.
+            code = getattr(exc, "code", None)
+            self._event(
+                "email.smtp.connect_failed",
+                attempt,
+                logging.WARNING,
+                error=type(exc).__name__,
+                code=code,
+            )
+            return Retry(why=f"connecting to the relay failed: {type(exc).__name__} {code or ''}")
+        try:
+            fenced = await attempt.fence().begin_write()
+        except BaseException:
+            pool.release(connection, reusable=True)
+            raise
+        if not fenced:
+            pool.release(connection, reusable=True)
+            return Abandoned()
+        return await self._send(
+            attempt, pool, connection, sender.addr_spec, mail, content, reference
+        )
+
+    async def _send(
+        self,
+        attempt: ActionAttempt,
+        pool: _Connections,
+        connection: _Connection,
+        envelope_sender: str,
+        mail: Mail,
+        content: bytes,
+        reference: str,
+    ) -> AdapterResult:
+        """One SMTP transaction on ``connection``; releases it whatever happens."""
+        lib = _lib()
+        progress = _Progress()
+        try:
+            async with asyncio.timeout(self.settings.send_timeout_seconds):
+                await self._mail_from(attempt, pool, connection, envelope_sender, progress)
+                progress.stage = "rcpt"
+                for recipient in mail.recipients:
+                    await connection.smtp.rcpt(recipient)
+                progress.stage = "data"
+                start = await connection.smtp.execute_command(b"DATA")
+                if start.code != 354:
+                    raise lib.SMTPDataError(start.code, start.message)
+                progress.stage = "content"
+                reply = await self._transfer(connection.smtp, content, progress)
+        except lib.SMTPResponseException as exc:
+            pool.release(connection, reusable=False)
+            return self._answered(attempt, progress, exc.code)
+        except (lib.SMTPException, OSError) as exc:  # disconnects and timeouts are OSErrors
+            pool.release(connection, reusable=False)
+            return self._lost(attempt, progress, exc)
+        except BaseException:
+            pool.release(connection, reusable=False)
+            raise
+        if 200 <= reply.code < 300:
+            connection.sent += 1
+            if self.settings.reuse_connections:
+                pool.release(connection, reusable=True)
+            else:
+                try:
+                    await pool.quit(connection)
+                finally:
+                    pool.release(connection, reusable=False)
+            self._event("email.sent", attempt, logging.DEBUG, code=reply.code)
+            return Done(reference)
+        pool.release(connection, reusable=False)
+        return self._answered(attempt, progress, reply.code)
+
+    async def _mail_from(
+        self,
+        attempt: ActionAttempt,
+        pool: _Connections,
+        connection: _Connection,
+        envelope_sender: str,
+        progress: _Progress,
+    ) -> None:
+        """MAIL FROM. A pooled session that turns out dead here (the relay closed it while it
+        was idle) is replaced once: no byte of this message has been sent yet."""
+        lib = _lib()
+        try:
+            await connection.smtp.mail(envelope_sender)
+            return
+        except (lib.SMTPServerDisconnected, lib.SMTPSenderRefused) as exc:
+            dead = isinstance(exc, lib.SMTPServerDisconnected) or exc.code == 421
+            if not (connection.reused and dead):
+                raise
+        self._event("email.smtp.reconnect", attempt, logging.INFO)
+        progress.stage = "connect"
+        await pool.reopen(connection)
+        progress.stage = "mail"
+        await connection.smtp.mail(envelope_sender)
+
+    async def _transfer(self, smtp: SMTP, content: bytes, progress: _Progress) -> SMTPResponse:
+        """Send the content after the 354 and read the final reply. aiosmtplib's ``data()``
+        does not say whether a failure came before or after the content left; this does."""
+        protocol = smtp.protocol
+        if protocol is None:
+            raise _lib().SMTPServerDisconnected("Connection lost before the content")
+        protocol.write(content)  # raises, sending nothing, when the connection is already gone
+        progress.content_sent = True
+        try:
+            return await protocol.read_response(timeout=self.settings.command_timeout_seconds)
+        except BaseException:
+            smtp.close()  # a session without its final reply is out of step: never reuse it
+            raise
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _answered(self, attempt: ActionAttempt, progress: _Progress, code: int) -> AdapterResult:
+        """The relay answered ``code`` at ``progress.stage`` (not 2xx after the content)."""
+        if progress.stage == "connect":
+            # Replacing a dead pooled session failed (greeting, TLS or AUTH): as before the fence.
+            return self._lost(attempt, progress, ValueError(f"reconnect answered {code}"))
+        if 400 <= code < 500:
+            self._event(
+                "email.smtp.retry", attempt, logging.WARNING, stage=progress.stage, code=code
+            )
+            return Retry(why=f"the relay answered {code} at {progress.stage}")
+        if code in REFUSED_CODES:
+            self._event(
+                "email.smtp.refused", attempt, logging.WARNING, stage=progress.stage, code=code
+            )
+            return Failed(refused_reason(code))
+        return self._lost(attempt, progress, ValueError(f"unexpected reply {code}"))
+
+    def _lost(
+        self, attempt: ActionAttempt, progress: _Progress, exc: BaseException
+    ) -> AdapterResult:
+        """No usable answer: a disconnect, a timeout, a reply that is neither yes nor no."""
+        if progress.content_sent:
+            self._event(
+                "email.smtp.uncertain",
+                attempt,
+                logging.WARNING,
+                stage=progress.stage,
+                error=type(exc).__name__,
+            )
+            return Uncertain(StopReason.WRITE_UNCONFIRMED)
+        self._event(
+            "email.smtp.retry",
+            attempt,
+            logging.WARNING,
+            stage=progress.stage,
+            error=type(exc).__name__,
+        )
+        return Retry(why=f"{type(exc).__name__} at {progress.stage}, before the content")
+
+    @staticmethod
+    def _event(name: str, attempt: ActionAttempt, level: int, **fields: Any) -> None:
+        action_event(name, attempt.id, attempt.kind, level=level, **fields)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
