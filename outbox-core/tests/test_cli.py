@@ -72,7 +72,7 @@ def test_plugins_reports_applied_migrations(db: OutboxTestDatabase) -> None:
     core = next(
         p for p in json.loads(result.output)["plugins"] if p["distribution"] == "outbox-core"
     )
-    assert core["migrations"]["core"] == {"applied": [1, 2], "pending": []}
+    assert core["migrations"]["core"] == {"applied": [1, 2, 3], "pending": []}
 
 
 def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> None:

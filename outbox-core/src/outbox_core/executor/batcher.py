@@ -28,6 +28,8 @@ class Batcher(Generic[Item, Answer]):
         self._pending: list[tuple[Item, asyncio.Future[Answer]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._outstanding = 0
+        self._idle = asyncio.Event()
         self._closed = False
 
     def start(self) -> None:
@@ -35,13 +37,36 @@ class Batcher(Generic[Item, Answer]):
             self._task = asyncio.create_task(self._run(), name=self._name)
 
     async def submit(self, item: Item) -> Answer:
+        """Queue ``item`` and wait for its answer."""
+        return await self.post(item)
+
+    def post(self, item: Item) -> asyncio.Future[Answer]:
+        """Queue ``item``; the future holds its answer once its batch was written."""
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
+        self._outstanding += 1
+        future.add_done_callback(self._answered)
         self._wake.set()
         self.start()
-        return await future
+        return future
+
+    def _answered(self, _future: asyncio.Future[Answer]) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle.set()
+
+    @property
+    def outstanding(self) -> int:
+        """Items queued or being written."""
+        return self._outstanding
+
+    async def idle(self) -> None:
+        """Wait until every item posted so far has its answer."""
+        while self._outstanding:
+            self._idle.clear()
+            await self._idle.wait()
 
     async def close(self) -> None:
         """Write what is pending, then stop."""

@@ -8,11 +8,12 @@ that calls ``ActionAdapter.execute``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +36,8 @@ from .batcher import Batcher
 from .outcomes import AttemptFacts, Ending, decide
 
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
+CLAIM_OPS = frozenset({"claim", "reclaim", "reap_lost", "reap_exhausted", "expire"})
+_NO_FILTER = KindFilter(kinds=[], paths=[], suffixes=[])
 _END_EVENT = {
     ActionState.DONE: "action.ended.done",
     ActionState.UNCERTAIN: "action.ended.uncertain",
@@ -76,13 +79,28 @@ class Executor:
         self._ender: Batcher[Ending, bool] = Batcher(self._flush_endings, name="outbox-ender")
         self._running: set[asyncio.Task[None]] = set()
         self._held: dict[str, int] = {}
-        self._kind_slots: dict[str, asyncio.Semaphore] = {}
+        self._kind_slots: dict[str, asyncio.Semaphore | contextlib.nullcontext[None]] = {}
+        self._deadlines: dict[asyncio.Task[Any], float] = {}
+        self._overdue: set[asyncio.Task[Any]] = set()
+        self._watchdog_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
         self._relower: dict[str, tuple[datetime | None, bool]] = {}
         self._relower_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._background: list[asyncio.Task[None]] = []
+        # Chained claims (see settle_v1) run only while the executor runs or drains, and
+        # only for kinds without a slot limit.
+        self._chaining = False
+        unlimited = [
+            kind
+            for kind in self.kinds
+            if not (
+                self.settings.kind_concurrency.get(kind)
+                or self.entries[kind].adapter.max_concurrency
+            )
+        ]
+        self._chain_filter = registry.filter(unlimited) if unlimited else None
+        self._hooked: dict[str, bool] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -99,6 +117,8 @@ class Executor:
             await self.pool.open(wait=True, timeout=30)
         for kind in self.kinds:
             self.adapter(kind)
+        if self._watchdog_task is None:
+            self._watchdog_task = asyncio.create_task(self._watchdog(), name="outbox-watchdog")
 
     async def close(self) -> None:
         await self._ender.close()
@@ -113,6 +133,11 @@ class Executor:
                     kind=kind,
                     error=type(exc).__name__,
                 )
+        if self._watchdog_task is not None:
+            self._watchdog_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._watchdog_task
+            self._watchdog_task = None
         if self._relower_task is not None:
             self._relower_task.cancel()
             with suppress(asyncio.CancelledError):
@@ -147,6 +172,8 @@ class Executor:
         finish within ``shutdown_seconds`` and leave the rest to their leases."""
         await self.open()
         self._stopping = False
+        self._chaining = True
+        stopper = asyncio.create_task(stop.wait())
         loops = [
             asyncio.create_task(self._listen(), name="outbox-listen"),
             asyncio.create_task(self._claim_loop(), name="outbox-claim"),
@@ -154,7 +181,6 @@ class Executor:
         ]
         event("executor.started", kinds=",".join(self.kinds), concurrency=self.settings.concurrency)
         try:
-            stopper = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait([stopper, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stopper and task.exception() is not None:
@@ -167,6 +193,7 @@ class Executor:
             await asyncio.gather(*loops, return_exceptions=True)
             stopper.cancel()
             left = await self._wait_running(self.settings.shutdown_seconds)
+            self._chaining = False
             event("executor.stopped", left_to_leases=left)
 
     async def _wait_running(self, seconds: float) -> int:
@@ -197,7 +224,7 @@ class Executor:
 
     async def _claim_loop(self) -> None:
         while not self._stopping:
-            free = self.settings.concurrency - len(self._running)
+            free = self.settings.concurrency - len(self._running) - self._ender.outstanding
             if free <= 0:
                 self._capacity.clear()
                 await self._capacity.wait()
@@ -330,11 +357,21 @@ class Executor:
         result: AdapterResult | BaseException
         async with slots:
             token = egress_token()
+            task = asyncio.current_task()
+            assert task is not None
+            # The provider call must end inside the lease: the watchdog cancels an attempt
+            # that outlives it (one timer for all attempts instead of one each).
+            self._deadlines[task] = time.monotonic() + max(self.settings.lease_seconds - 1.0, 1.0)
             try:
-                # The provider call must end inside the lease (asyncio.timeout, unlike
-                # wait_for, runs the adapter in this task instead of a new one).
-                async with asyncio.timeout(max(self.settings.lease_seconds - 1.0, 1.0)):
-                    result = await adapter.execute(attempt)
+                result = await adapter.execute(attempt)
+            except asyncio.CancelledError:
+                if task not in self._overdue:
+                    raise
+                self._overdue.discard(task)
+                result = TimeoutError(
+                    f"the attempt outlived its lease of {self.settings.lease_seconds} s"
+                )
+                task.uncancel()
             except Exception as exc:
                 result = exc
                 action_event(
@@ -346,7 +383,16 @@ class Executor:
                     fenced=attempt.fenced,
                 )
             finally:
+                self._deadlines.pop(task, None)
                 egress_reset(token)
+        if isinstance(result, TimeoutError):
+            action_event(
+                "action.attempt.timed_out",
+                claimed.id,
+                claimed.kind,
+                level=logging.WARNING,
+                fenced=attempt.fenced,
+            )
         self.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
         facts = self._facts(claimed, adapter, fenced=attempt.fenced)
         ending = decide(facts, result)
@@ -358,16 +404,34 @@ class Executor:
             self.instruments.fence_refused.add(1, {"kind": claimed.kind})
             action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
             return
-        changed = await self._ender.submit(ending)
-        if not changed:
-            action_event(
-                "action.end.stale",
-                claimed.id,
-                claimed.kind,
-                level=logging.WARNING,
-                epoch=claimed.epoch,
-                result=ending.result,
-            )
+        # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
+        self._ender.post(ending).add_done_callback(self._ended_callback(ending))
+
+    def _ended_callback(self, ending: Ending) -> Callable[[asyncio.Future[bool]], None]:
+        def check(future: asyncio.Future[bool]) -> None:
+            self._capacity.set()  # an ending written frees a place for the claim loop
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is not None:
+                action_event(
+                    "action.end.failed",
+                    ending.action_id,
+                    ending.kind,
+                    level=logging.ERROR,
+                    error=repr(error),
+                )
+            elif not future.result():
+                action_event(
+                    "action.end.stale",
+                    ending.action_id,
+                    ending.kind,
+                    level=logging.WARNING,
+                    epoch=ending.epoch,
+                    result=ending.result,
+                )
+
+        return check
 
     def _facts(self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool) -> _Facts:
         return _Facts(
@@ -384,13 +448,26 @@ class Executor:
             prior_write=claimed.write_started_at,
         )
 
-    def _slots_for(self, kind: str, adapter: ActionAdapter) -> asyncio.Semaphore:
+    def _slots_for(
+        self, kind: str, adapter: ActionAdapter
+    ) -> asyncio.Semaphore | contextlib.nullcontext[None]:
         slots = self._kind_slots.get(kind)
         if slots is None:
             limit = self.settings.kind_concurrency.get(kind) or adapter.max_concurrency
-            slots = asyncio.Semaphore(limit or self.settings.concurrency)
+            # Without a kind limit, the claim's size already bounds what runs at once.
+            slots = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
             self._kind_slots[kind] = slots
         return slots
+
+    async def _watchdog(self) -> None:
+        """Cancel attempts that outlive their lease (checked every second)."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for task, deadline in list(self._deadlines.items()):
+                if deadline <= now and task not in self._overdue:
+                    self._overdue.add(task)
+                    task.cancel()
 
     async def _reap(self, op: str, row: tuple[Any, ...]) -> None:
         """End an action the claim found past its lease or its expiry."""
@@ -417,7 +494,7 @@ class Executor:
             result=op,
             stop_reason=reason,
         )
-        await self._ender.submit(ending)
+        self._ender.post(ending).add_done_callback(self._ended_callback(ending))
 
     # -- the write fence -----------------------------------------------------------------------
 
@@ -478,33 +555,55 @@ class Executor:
         return changed
 
     async def _write_endings(self, endings: Sequence[Ending]) -> list[bool]:
-        params = _ending_params(endings)
+        """One batch in one round trip (settle_v1); in an explicit transaction only when a kind
+        of the batch has an ended()/rescheduled() hook to run in it."""
+        chain = self._chaining and not self._stopping and self._chain_filter is not None
+        chained_filter = self._chain_filter if chain and self._chain_filter else _NO_FILTER
+        params = {
+            **_ending_params(endings),
+            "chain": chain,
+            "lease": self.settings.lease_seconds,
+            "kinds": chained_filter.kinds,
+            "paths": chained_filter.paths,
+            "suffixes": chained_filter.suffixes,
+        }
         by_id = {ending.action_id: ending for ending in endings}
-        async with self._pool().connection() as conn, conn.transaction():
-            cursor = await conn.execute(self.queries["end_actions"], params, prepare=True)
-            actions = [Action.from_row(row) for row in await cursor.fetchall()]
-            await self._hooks(conn, actions, by_id)
-            lanes: dict[str, tuple[datetime | None, bool]] = {}
-            for action in actions:
-                if action.state.ended:
-                    at = None
-                elif action.state is ActionState.ADMITTED:
-                    at = action.due_at
-                else:
-                    at = action.lease_until
-                lanes[action.lane_key] = _earlier(
-                    lanes.get(action.lane_key), at, action.state.ended
-                )
-            missed = await self._lower(conn, lanes)
+        async with self._pool().connection() as conn:
+            if any(self._has_hooks(ending.kind) for ending in endings):
+                async with conn.transaction():
+                    cursor = await conn.execute(self.queries["settle"], params, prepare=True)
+                    rows = await cursor.fetchall()
+                    actions = [Action.from_row(row[1:]) for row in rows if row[0] == "ended"]
+                    await self._hooks(conn, actions, by_id)
+            else:
+                cursor = await conn.execute(self.queries["settle"], params, prepare=True)
+                rows = await cursor.fetchall()
+                actions = [Action.from_row(row[1:]) for row in rows if row[0] == "ended"]
+        chained = [_settled_as_claimed(row) for row in rows if row[0] in CLAIM_OPS]
+        missed = {row[4]: (row[12], row[19] == "cleared") for row in rows if row[0] == "skipped"}
         for action in actions:
             self._report_ending(action, by_id[action.id])
+        if chained:
+            self._dispatch(chained)
         if missed:
-            self._relower.update(missed)
+            for key, wish in missed.items():
+                self._relower[key] = _earlier(self._relower.get(key), *wish)
             self._schedule_relower()
         if actions:
             self._wake.set()
         changed = {action.id for action in actions}
         return [ending.action_id in changed for ending in endings]
+
+    def _has_hooks(self, kind: str) -> bool:
+        hooked = self._hooked.get(kind)
+        if hooked is None:
+            adapter = type(self.adapter(kind))
+            hooked = (
+                adapter.ended is not ActionAdapter.ended
+                or adapter.rescheduled is not ActionAdapter.rescheduled
+            )
+            self._hooked[kind] = hooked
+        return hooked
 
     async def _hooks(
         self, conn: AsyncConnection[Any], actions: Sequence[Action], by_id: Mapping[int, Ending]
@@ -549,8 +648,8 @@ class Executor:
             "cleared": [lanes[key][1] for key in keys],
         }
         cursor = await conn.execute(self.queries["lower_lanes"], params, prepare=True)
-        done = {row[0] for row in await cursor.fetchall()}
-        return {key: lanes[key] for key in keys if key not in done}
+        skipped = {row[0] for row in await cursor.fetchall()}
+        return {key: lanes[key] for key in keys if key in skipped}
 
     def _schedule_relower(self) -> None:
         if self._relower_task is None or self._relower_task.done():
@@ -614,11 +713,10 @@ class Executor:
         async with self._pool().connection() as conn:
             cursor = await conn.execute(self.queries["claim_action"], params)
             rows = await cursor.fetchall()
-        tasks = self._dispatch([row for row in rows if row[0] != "visited"])
+        self._dispatch([row for row in rows if row[0] != "visited"])
+        await self._settle()
         if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
-            await asyncio.gather(*tasks)
             return None
-        await asyncio.gather(*tasks)
         async with self._pool().connection() as conn:
             cursor = await conn.execute(self.queries["action_by_id"], {"id": action_id})
             row = await cursor.fetchone()
@@ -633,17 +731,31 @@ class Executor:
             await conn.execute(self.queries["make_due"])
         await self.sweep_expired()
         ran = 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"drain() did not finish within {timeout} s")
-            rows, visited = await self._claim(self.settings.claim_batch)
-            tasks = self._dispatch(rows)
-            ran += len(tasks)
-            await asyncio.gather(*tasks)
-            if self._relower_task is not None:
-                await self._relower_task
-            if not rows and visited == 0:
-                return ran
+        self._chaining = True
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"drain() did not finish within {timeout} s")
+                rows, visited = await self._claim(self.settings.claim_batch)
+                self._dispatch(rows)
+                ran += await self._settle()
+                if not rows and visited == 0:
+                    return ran
+        finally:
+            self._chaining = False
+
+    async def _settle(self) -> int:
+        """Wait until no attempt runs (chained claims may start more meanwhile) and every
+        lane that waits to be lowered again was. Returns how many tasks finished."""
+        finished = 0
+        while self._running or self._ender.outstanding:
+            batch = list(self._running)
+            finished += len(batch)
+            await asyncio.gather(*batch, return_exceptions=True)
+            await self._ender.idle()
+        if self._relower_task is not None:
+            await self._relower_task
+        return finished
 
     async def sweep_expired(self) -> int:
         """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""
@@ -740,6 +852,11 @@ def _earlier(
         return at, cleared
     earlier = None if known[0] is None or at is None else min(known[0], at)
     return earlier, known[1] or cleared
+
+
+def _settled_as_claimed(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A settle_v1 row in the shape of a claim row (claimed_action_v1's columns)."""
+    return (*row[:12], row[13], row[14], row[15], row[20])
 
 
 def _claimed(row: tuple[Any, ...]) -> ClaimedAction:

@@ -105,9 +105,10 @@ RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_ac
 
 -- name: lower_lanes
 -- After an ending: the lanes need a look no later than the given times (NULL: now). Lowering
--- is always safe; a lane that a claim or an enqueue holds right now is skipped, and the
--- caller tries it again after this transaction committed. A lane whose head ended no longer
--- knows its head's kind: every executor may look at it.
+-- is always safe; a lane that a claim or an enqueue holds right now is skipped and returned,
+-- and the caller tries it again after this transaction committed (a lane whose row is gone
+-- needs nothing). A lane whose head ended no longer knows its head's kind: every executor
+-- may look at it.
 WITH wanted AS (
     SELECT lane_key, min(at) AS at, bool_or(cleared) AS cleared
       FROM unnest(%(lanes)b::text[], %(at)b::timestamptz[], %(cleared)b::boolean[])
@@ -117,13 +118,17 @@ WITH wanted AS (
     SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
      ORDER BY l.lane_key
        FOR NO KEY UPDATE OF l SKIP LOCKED
+), lowered AS (
+    UPDATE {schema}.action_lane l
+       SET next_at = LEAST(l.next_at, coalesce(w.at, now())),
+           head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
+      FROM wanted w
+     WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
+    RETURNING l.lane_key
 )
-UPDATE {schema}.action_lane l
-   SET next_at = LEAST(l.next_at, coalesce(w.at, now())),
-       head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
-  FROM wanted w
- WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
-RETURNING l.lane_key
+SELECT w.lane_key FROM wanted w
+ WHERE w.lane_key NOT IN (SELECT lane_key FROM lowered)
+   AND EXISTS (SELECT 1 FROM {schema}.action_lane l WHERE l.lane_key = w.lane_key)
 
 -- name: action_by_id
 SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
@@ -185,36 +190,15 @@ SELECT 1 FROM {schema}.agent_action
  WHERE id = %(id)s AND epoch = %(epoch)s AND state = 'EXECUTING'
    FOR SHARE
 
--- name: end_actions
--- Many endings in one statement. Each applies only while its action is still in the state
--- and at the epoch its attempt saw; the rows returned are the ones that changed.
-UPDATE {schema}.agent_action a
-   SET state = e.state,
-       payload = CASE WHEN e.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
-                      THEN NULL ELSE a.payload END,
-       stop_reason = e.stop_reason,
-       readback_ref = coalesce(e.readback_ref, a.readback_ref),
-       due_at = CASE WHEN e.state = 'ADMITTED' THEN now() + make_interval(secs => e.delay)
-                     ELSE a.due_at END,
-       lease_until = CASE WHEN e.state = 'EXECUTING' THEN now() + make_interval(secs => e.delay)
-                          WHEN e.state = 'ADMITTED' THEN NULL
-                          ELSE a.lease_until END,
-       write_started_at = CASE e.fence WHEN 'clear' THEN NULL
-                                       WHEN 'restore' THEN e.prior_write
-                                       ELSE a.write_started_at END,
-       attempt = a.attempt - e.uncount,
-       last_result = e.result
-  FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[],
-              %(states)b::text[], %(stop_reasons)b::text[], %(readback_refs)b::text[],
-              %(delays)b::float8[], %(fences)b::text[], %(prior_writes)b::timestamptz[],
-              %(uncounts)b::integer[], %(results)b::text[])
-       AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence, prior_write,
-            uncount, result)
- WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state
-RETURNING a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
-          a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch, a.due_at,
-          a.expires_at, a.lease_until, a.write_started_at, a.ended_at, a.stop_reason,
-          a.readback_ref, a.last_result, a.created_at
+-- name: settle
+-- See settle_v1 in migrations/core/0003_settle.sql: a batch of endings, the lanes they free
+-- lowered or their next heads claimed, in one round trip.
+SELECT * FROM {schema}.settle_v1(
+    %(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[], %(states)b::text[],
+    %(stop_reasons)b::text[], %(readback_refs)b::text[], %(delays)b::float8[],
+    %(fences)b::text[], %(prior_writes)b::timestamptz[], %(uncounts)b::integer[],
+    %(results)b::text[], %(chain)s, make_interval(secs => %(lease)s),
+    %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
 
 -- name: lower_lanes_wait
 -- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and

@@ -1,0 +1,149 @@
+-- The core line, version 3: the ending of a batch of attempts in one round trip.
+
+-- What settle_v1 returns: an action in the columns every reader selects (ACTION_COLUMNS in
+-- outbox_core/action.py), and what happened to it:
+--   'ended'    an ending of this batch applied (the row as it is now);
+--   'claim', 'reclaim', 'reap_lost', 'reap_exhausted', 'expire'   as claim_locked_v1, for the
+--              next head of a lane whose head this batch ended (due_at and the columns an
+--              ended row has are NULL);
+--   'skipped'  a lane another transaction held: lower it again after commit, to due_at (NULL:
+--              now), clearing its head kind when last_result is 'cleared'.
+CREATE TYPE {schema}.settled_v1 AS (
+    op                  text,
+    id                  bigint,
+    kind                text,
+    workspace_id        text,
+    lane_key            text,
+    idempotency_key     text,
+    payload             jsonb,
+    subject_account_id  text,
+    state               text,
+    attempt             integer,
+    max_attempts        integer,
+    epoch               bigint,
+    due_at              timestamptz,
+    expires_at          timestamptz,
+    lease_until         timestamptz,
+    write_started_at    timestamptz,
+    ended_at            timestamptz,
+    stop_reason         text,
+    readback_ref        text,
+    last_result         text,
+    created_at          timestamptz
+);
+
+-- Apply a batch of endings (each only while its action is still in the state and at the
+-- epoch its attempt saw), then for each lane involved:
+--   * a lane whose head ended: lock it (SKIP LOCKED) and, when p_chain, claim its next head
+--     in a new statement (claim_locked_v1), so the lane does not wait for a claim loop;
+--   * any other lane (a retry, a deferral, a reread, or a lane another transaction held):
+--     lower next_at to when it needs a look; a lane held by another transaction is returned
+--     as 'skipped'.
+-- One round trip for the whole batch. The caller runs the kinds' ended() hooks in the same
+-- transaction when it has any (then it calls this inside an explicit transaction).
+CREATE FUNCTION {schema}.settle_v1(
+    p_ids bigint[], p_epochs bigint[], p_from_states text[], p_states text[],
+    p_stop_reasons text[], p_readback_refs text[], p_delays float8[], p_fences text[],
+    p_prior_writes timestamptz[], p_uncounts integer[], p_results text[],
+    p_chain boolean, p_lease interval,
+    p_kinds text[], p_paths jsonpath[], p_suffixes text[]
+) RETURNS SETOF {schema}.settled_v1
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_ended {schema}.agent_action[];
+    v_chain text[];
+    v_locked text[] := '{}';
+BEGIN
+    WITH changed AS (
+        UPDATE {schema}.agent_action a
+           SET state = e.state,
+               payload = CASE WHEN e.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
+                              THEN NULL ELSE a.payload END,
+               stop_reason = e.stop_reason,
+               readback_ref = coalesce(e.readback_ref, a.readback_ref),
+               due_at = CASE WHEN e.state = 'ADMITTED'
+                             THEN now() + make_interval(secs => e.delay) ELSE a.due_at END,
+               lease_until = CASE WHEN e.state = 'EXECUTING'
+                                  THEN now() + make_interval(secs => e.delay)
+                                  WHEN e.state = 'ADMITTED' THEN NULL
+                                  ELSE a.lease_until END,
+               write_started_at = CASE e.fence WHEN 'clear' THEN NULL
+                                               WHEN 'restore' THEN e.prior_write
+                                               ELSE a.write_started_at END,
+               attempt = a.attempt - e.uncount,
+               last_result = e.result
+          FROM unnest(p_ids, p_epochs, p_from_states, p_states, p_stop_reasons,
+                      p_readback_refs, p_delays, p_fences, p_prior_writes, p_uncounts,
+                      p_results)
+               AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence,
+                    prior_write, uncount, result)
+         WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state
+        RETURNING a
+    )
+    SELECT array_agg(changed.a ORDER BY (changed.a).id) INTO v_ended FROM changed;
+    IF v_ended IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Lanes whose every changed action ended: their heads are gone.
+    SELECT array_agg(lane_key ORDER BY lane_key) INTO v_chain
+      FROM (SELECT x.lane_key FROM unnest(v_ended) x
+             GROUP BY x.lane_key
+            HAVING bool_and(x.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED'))) s;
+
+    IF p_chain AND v_chain IS NOT NULL THEN
+        SELECT coalesce(array_agg(s.lane_key), '{}') INTO v_locked
+          FROM (SELECT l.lane_key FROM {schema}.action_lane l
+                 WHERE l.lane_key = ANY(v_chain)
+                 ORDER BY l.lane_key
+                   FOR UPDATE SKIP LOCKED) s;
+        IF cardinality(v_locked) > 0 THEN
+            RETURN QUERY
+            SELECT c.op, c.id, c.kind, c.workspace_id, c.lane_key, c.idempotency_key, c.payload,
+                   c.subject_account_id, c.state, c.attempt, c.max_attempts, c.epoch,
+                   NULL::timestamptz, c.expires_at, c.lease_until, c.write_started_at,
+                   NULL::timestamptz, NULL::text, NULL::text, NULL::text, c.created_at
+              FROM {schema}.claim_locked_v1(v_locked, p_lease, p_kinds, p_paths, p_suffixes) c;
+        END IF;
+    END IF;
+
+    -- Every other lane is lowered (never raised) to when it next needs a look.
+    RETURN QUERY
+    WITH wanted AS (
+        SELECT x.lane_key,
+               min(CASE WHEN x.state = 'ADMITTED' THEN x.due_at
+                        WHEN x.state = 'EXECUTING' THEN x.lease_until
+                        ELSE now() END) AS at,
+               bool_or(x.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')) AS cleared
+          FROM unnest(v_ended) x
+         WHERE x.lane_key <> ALL(v_locked)
+         GROUP BY x.lane_key
+    ), locked AS (
+        SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
+         ORDER BY l.lane_key
+           FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), lowered AS (
+        UPDATE {schema}.action_lane l
+           SET next_at = LEAST(l.next_at, w.at),
+               head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
+          FROM wanted w
+         WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
+        RETURNING l.lane_key
+    )
+    SELECT 'skipped', NULL::bigint, NULL::text, NULL::text, w.lane_key, NULL::text,
+           NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
+           w.at, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+           NULL::text, NULL::text, CASE WHEN w.cleared THEN 'cleared' END, NULL::timestamptz
+      FROM wanted w
+     WHERE w.lane_key NOT IN (SELECT lane_key FROM lowered)
+       AND EXISTS (SELECT 1 FROM {schema}.action_lane l WHERE l.lane_key = w.lane_key);
+
+    RETURN QUERY
+    SELECT 'ended', x.id, x.kind, x.workspace_id, x.lane_key, x.idempotency_key, x.payload,
+           x.subject_account_id, x.state, x.attempt, x.max_attempts, x.epoch, x.due_at,
+           x.expires_at, x.lease_until, x.write_started_at, x.ended_at, x.stop_reason,
+           x.readback_ref, x.last_result, x.created_at
+      FROM unnest(v_ended) x;
+END
+$fn$;
