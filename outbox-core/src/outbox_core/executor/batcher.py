@@ -25,7 +25,7 @@ class Batcher(Generic[Item, Answer]):
         self._flush = flush
         self._max = max_batch
         self._name = name
-        self._pending: list[tuple[Item, asyncio.Future[Answer]]] = []
+        self._pending: list[tuple[Item, Callable[[Answer | BaseException], None] | None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._outstanding = 0
@@ -38,21 +38,32 @@ class Batcher(Generic[Item, Answer]):
 
     async def submit(self, item: Item) -> Answer:
         """Queue ``item`` and wait for its answer."""
-        return await self.post(item)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
 
-    def post(self, item: Item) -> asyncio.Future[Answer]:
-        """Queue ``item``; the future holds its answer once its batch was written."""
+        def settle(answer: Answer | BaseException) -> None:
+            if future.done():
+                return
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+
+        self.post(item, settle)
+        return await future
+
+    def post(
+        self, item: Item, done: Callable[[Answer | BaseException], None] | None = None
+    ) -> None:
+        """Queue ``item`` without waiting; ``done`` is called with its answer (or the error
+        that failed its batch) right after the batch was written, without a task switch."""
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, future))
+        self._pending.append((item, done))
         self._outstanding += 1
-        future.add_done_callback(self._answered)
         self._wake.set()
         self.start()
-        return future
 
-    def _answered(self, _future: asyncio.Future[Answer]) -> None:
+    def _answered(self) -> None:
         self._outstanding -= 1
         if self._outstanding == 0:
             self._idle.set()
@@ -85,14 +96,22 @@ class Batcher(Generic[Item, Answer]):
                 continue
             batch, self._pending = self._pending[: self._max], self._pending[self._max :]
             try:
-                answers = await self._flush([item for item, _ in batch])
-            except BaseException as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                continue
-            for (_, future), answer in zip(batch, answers, strict=True):
-                if not future.done():
-                    future.set_result(answer)
+                answers: Sequence[Answer | BaseException] = await self._flush(
+                    [item for item, _ in batch]
+                )
+            except asyncio.CancelledError as exc:
+                self._deliver(batch, [exc] * len(batch))
+                raise
+            except Exception as exc:
+                answers = [exc] * len(batch)
+            self._deliver(batch, answers)
+
+    def _deliver(
+        self,
+        batch: list[tuple[Item, Callable[[Answer | BaseException], None] | None]],
+        answers: Sequence[Answer | BaseException],
+    ) -> None:
+        for (_, done), answer in zip(batch, answers, strict=True):
+            self._answered()
+            if done is not None:
+                done(answer)

@@ -100,6 +100,7 @@ class Executor:
             )
         ]
         self._chain_filter = registry.filter(unlimited) if unlimited else None
+        self._limited = frozenset(self.kinds) - set(unlimited)
         self._hooked: dict[str, bool] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -308,8 +309,9 @@ class Executor:
                 task = asyncio.create_task(
                     self._attempt(claimed), name=f"outbox-attempt-{claimed.id}"
                 )
-                self._held[claimed.kind] = self._held.get(claimed.kind, 0) + 1
-                task.add_done_callback(functools.partial(self._release, claimed.kind))
+                if claimed.kind in self._limited:
+                    self._held[claimed.kind] = self._held.get(claimed.kind, 0) + 1
+                    task.add_done_callback(functools.partial(self._release, claimed.kind))
             else:
                 task = asyncio.create_task(self._reap(op, row), name=f"outbox-reap-{claimed.id}")
             self._running.add(task)
@@ -405,23 +407,20 @@ class Executor:
             action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
             return
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
-        self._ender.post(ending).add_done_callback(self._ended_callback(ending))
+        self._ender.post(ending, self._ended_callback(ending))
 
-    def _ended_callback(self, ending: Ending) -> Callable[[asyncio.Future[bool]], None]:
-        def check(future: asyncio.Future[bool]) -> None:
+    def _ended_callback(self, ending: Ending) -> Callable[[bool | BaseException], None]:
+        def check(answer: bool | BaseException) -> None:
             self._capacity.set()  # an ending written frees a place for the claim loop
-            if future.cancelled():
-                return
-            error = future.exception()
-            if error is not None:
+            if isinstance(answer, BaseException):
                 action_event(
                     "action.end.failed",
                     ending.action_id,
                     ending.kind,
                     level=logging.ERROR,
-                    error=repr(error),
+                    error=repr(answer),
                 )
-            elif not future.result():
+            elif not answer:
                 action_event(
                     "action.end.stale",
                     ending.action_id,
@@ -494,7 +493,7 @@ class Executor:
             result=op,
             stop_reason=reason,
         )
-        self._ender.post(ending).add_done_callback(self._ended_callback(ending))
+        self._ender.post(ending, self._ended_callback(ending))
 
     # -- the write fence -----------------------------------------------------------------------
 
