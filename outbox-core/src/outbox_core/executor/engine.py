@@ -588,7 +588,8 @@ class Executor:
             for key, wish in missed.items():
                 self._relower[key] = _earlier(self._relower.get(key), *wish)
             self._schedule_relower()
-        if actions:
+        # The claim loop has something new to look at only where a freed lane was not chained.
+        if any(row[0] == "lowered" for row in rows):
             self._wake.set()
         changed = {action.id for action in actions}
         return [ending.action_id in changed for ending in endings]

@@ -73,8 +73,8 @@ CREATE INDEX ix_agent_action_subject
 --   next_at:   a lower bound of the time the lane next needs a look (its head falls due, a
 --              lease runs out). Anyone may lower it; only a claim raises it, holding the lane's
 --              row lock and reading the lane in a statement that began after the lock was taken.
---   head_id:   the action the last claim found at the head (or the executing holder); enqueue
---              keeps it at or below the lowest live id.
+--   head_id:   the lane's first live action when the last claim looked; enqueue keeps it at
+--              or below the lowest live id, so the claim's search for the head starts there.
 --   head_kind: that action's kind, so that an executor looks only at lanes whose head it
 --              serves (a million lanes of a kind it lacks cost it nothing). NULL: not known
 --              (the head just ended); every executor looks, and the first claim sets it.

@@ -58,14 +58,20 @@ CREATE FUNCTION {schema}.claim_locked_v1(
     p_kinds text[], p_paths jsonpath[], p_suffixes text[],
     p_run_now bigint DEFAULT NULL
 ) RETURNS SETOF {schema}.claimed_action_v1
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Plan once, not on every call: planning these statements cost more than running them for
+-- the one-lane batches a busy lane sends, and the generic plan is as good for large ones.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
     WITH lanes AS (
-        SELECT unnest(p_lanes) AS lane_key
+        SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id
+          FROM {schema}.action_lane l
+         WHERE l.lane_key = ANY(p_lanes)
     ), cur AS (
-        SELECT l.lane_key, coalesce(x.id, h.id) AS id
+        SELECT l.lane_key, coalesce(x.id, h.id) AS id, h.id AS first_id
           FROM lanes l
           LEFT JOIN LATERAL (
                 SELECT e.id FROM {schema}.agent_action e
@@ -73,9 +79,13 @@ BEGIN
           LEFT JOIN LATERAL (
                 SELECT f.id FROM {schema}.agent_action f
                  WHERE f.lane_key = l.lane_key AND f.state IN ('ADMITTED', 'EXECUTING')
+                   -- head_id is at or below the lane's lowest live id (enqueue lowers it, a
+                   -- claim sets it to the first live action): starting there skips the index
+                   -- entries of the lane's ended actions, which a busy lane piles up.
+                   AND f.id >= l.head_id
                  ORDER BY f.id LIMIT 1) h ON true
     ), plan AS (
-        SELECT c.lane_key, a.id, a.kind, a.state, a.epoch, a.lease_until, a.due_at, a.expires_at,
+        SELECT c.lane_key, c.first_id, a.id, a.kind, a.state, a.epoch, a.lease_until, a.due_at, a.expires_at,
                CASE
                  WHEN a.id IS NULL THEN 'empty'
                  WHEN a.id IS DISTINCT FROM coalesce(p_run_now, a.id) THEN 'other'
@@ -111,7 +121,7 @@ BEGIN
          WHERE l.lane_key = p.lane_key AND p.op = 'empty'
     ), moved AS (
         UPDATE {schema}.action_lane l
-           SET head_id = p.id,
+           SET head_id = p.first_id,
                head_kind = p.kind,
                next_at = CASE p.op
                    WHEN 'foreign' THEN l.next_at

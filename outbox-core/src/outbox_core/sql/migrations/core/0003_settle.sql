@@ -6,6 +6,7 @@
 --   'claim', 'reclaim', 'reap_lost', 'reap_exhausted', 'expire'   as claim_locked_v1, for the
 --              next head of a lane whose head this batch ended (due_at and the columns an
 --              ended row has are NULL);
+--   'lowered'  a lane whose head ended, lowered to now for a claim to look at (not chained);
 --   'skipped'  a lane another transaction held: lower it again after commit, to due_at (NULL:
 --              now), clearing its head kind when last_result is 'cleared'.
 CREATE TYPE {schema}.settled_v1 AS (
@@ -48,7 +49,11 @@ CREATE FUNCTION {schema}.settle_v1(
     p_chain boolean, p_lease interval,
     p_kinds text[], p_paths jsonpath[], p_suffixes text[]
 ) RETURNS SETOF {schema}.settled_v1
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Plan once, not on every call: planning these statements cost more than running them for
+-- the one-lane batches a busy lane sends, and the generic plan is as good for large ones.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 DECLARE
     v_ended {schema}.agent_action[];
@@ -129,8 +134,15 @@ BEGIN
                head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
           FROM wanted w
          WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
-        RETURNING l.lane_key
+        RETURNING l.lane_key, w.cleared
     )
+    SELECT 'lowered', NULL::bigint, NULL::text, NULL::text, d.lane_key, NULL::text,
+           NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
+           NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+           NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::timestamptz
+      FROM lowered d
+     WHERE d.cleared
+    UNION ALL
     SELECT 'skipped', NULL::bigint, NULL::text, NULL::text, w.lane_key, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
            w.at, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
