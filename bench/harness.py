@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import statistics
@@ -130,13 +131,34 @@ class BenchLatency(ActionAdapter):
         return Done()
 
 
+class Mode(enum.StrEnum):
+    FAST = "fast"
+    SAFE = "safe"
+
+
+class ModeJob(BaseModel):
+    mode: Mode = Mode.FAST
+    n: int = 0
+
+
+class BenchFiltered(BenchNoop):
+    """BENCH_NOOP with an enum in its payload: its claim evaluates a JSON path (the variant
+    filter), where BENCH_NOOP's has none."""
+
+    kind = "BENCH_FILTERED"
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(ModeJob)
+
+
 class BenchOther(BenchNoop):
     """A kind registered in the database that the measured executor does not serve."""
 
     kind = "BENCH_OTHER"
 
 
-BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther)
+BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther, BenchFiltered)
 
 
 def postgres_cpu_seconds() -> float:

@@ -39,7 +39,12 @@ from harness import (
 from outbox_core import ActionRequest, KindRegistry, Outbox, OutboxSettings
 from outbox_core.executor import Executor
 
-KINDS = {"noop": "BENCH_NOOP", "fenced": "BENCH_FENCED", "latency": "BENCH_LATENCY"}
+KINDS = {
+    "noop": "BENCH_NOOP",
+    "fenced": "BENCH_FENCED",
+    "latency": "BENCH_LATENCY",
+    "filtered": "BENCH_FILTERED",
+}
 PENDING_SHAPES = ("none", "one_lane", "claimable", "not_due", "lanes_10k")
 
 # Pending rows are written straight into the tables (setup, not measured), in the shape an
@@ -182,13 +187,14 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     conn.execute("VACUUM ANALYZE outbox.agent_action")
                     conn.execute("VACUUM ANALYZE outbox.action_lane")
                 log(f"pending {args.pending}: {args.pending_count:,} rows in {timer.seconds:.1f} s")
+        payload = {"mode": "fast"} if args.kind == "filtered" else {}
         with psycopg.connect(db.url) as conn:
             for start in range(0, args.actions, 10_000):
                 stop = min(start + 10_000, args.actions)
                 outbox.enqueue_many(
                     conn,
                     [
-                        ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}")
+                        ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}", payload=payload)
                         for i in range(start, stop)
                     ],
                 )

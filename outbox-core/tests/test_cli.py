@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,3 +192,45 @@ def test_run_stops_gracefully_on_sigterm(db: OutboxTestDatabase) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
+
+
+def test_run_exposes_metrics_for_prometheus(db: OutboxTestDatabase, tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    from .test_plugins import GOOD_PLUGIN, install_fake_distribution
+
+    # A plugin with a kind, so the backlog gauges have a series even with no plugin installed.
+    install_fake_distribution(tmp_path, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "OUTBOX_DATABASE_URL": db.url,
+        "OUTBOX_MAINTENANCE_SECONDS": "0.2",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox_core.cli", "run", "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline, body = time.monotonic() + 20, ""
+        while time.monotonic() < deadline and 'action_backlog_due{kind="FAKE_KIND"' not in body:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/metrics", timeout=2
+                ) as response:
+                    body = response.read().decode()
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert 'action_backlog_due{kind="FAKE_KIND"' in body, body[:2000]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

