@@ -52,6 +52,7 @@ class Sizes:
     pending: int
     latency: int
     hot_lane: int
+    peer_burn: int = 0  # 0: the same as burn
 
     @classmethod
     def full(cls) -> Sizes:
@@ -166,12 +167,13 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
     for system, driver in PEERS:
         script = str(HERE / "peers" / f"{system}_bench.py")
         name = f"{system} ({driver})"
+        burn = sizes.peer_burn or sizes.burn
         for workload, n in (
             ("enqueue_single", sizes.single),
             ("enqueue_bulk", sizes.bulk),
-            ("burn", sizes.burn),
+            ("burn", burn),
             ("latency", sizes.latency),
-            ("burn_pending", sizes.burn),
+            ("burn_pending", burn),
         ):
             command = [
                 peers_python,
@@ -421,8 +423,15 @@ def main() -> None:
         "--docs", type=Path, default=DOCS, help="where benchmarks.md and the plot go"
     )
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--peer-burn",
+        type=int,
+        default=0,
+        help="jobs in the peers' burn-downs (default: as outbox's)",
+    )
     args = parser.parse_args()
     sizes = Sizes.quick() if args.quick else Sizes.full()
+    sizes.peer_burn = args.peer_burn
     repeat = args.repeat or (1 if args.quick else 3)
     selected = [
         c for c in cases(sizes, args.peers_python) if not (args.no_peers and c.system != "outbox")
