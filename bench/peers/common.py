@@ -19,7 +19,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
@@ -59,7 +59,24 @@ LATENCY_WARMUP_S = 0.5
 
 
 class BenchError(RuntimeError):
-    """A benchmark could not complete (timeout, lost jobs, bad argument)."""
+    """A benchmark could not complete (timeout, lost jobs, bad argument).
+
+    *partial*, when set, is a result object describing how far the run got; it is
+    printed on stdout even though the run fails.
+    """
+
+    def __init__(self, message: str, partial: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+class DrainTimeout(BenchError):
+    """A burn did not finish in time; *completed* jobs were handled in *seconds*."""
+
+    def __init__(self, message: str, completed: int, seconds: float) -> None:
+        super().__init__(message)
+        self.completed = completed
+        self.seconds = seconds
 
 
 # ---------------------------------------------------------------------------
@@ -160,7 +177,7 @@ def random_db_name(system: str) -> str:
     return f"bench_{system}_{secrets.token_hex(4)}"
 
 
-async def _admin_execute(dsn: str, statement: sql.Composable) -> None:
+async def _admin_execute(dsn: str, statement: sql.Composed) -> None:
     """Run one statement outside a transaction (CREATE/DROP DATABASE need that)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(statement)
@@ -181,9 +198,7 @@ async def fresh_database(dsn: str, system: str, *, keep: bool = False) -> AsyncI
         if keep:
             log(f"keeping database {name}")
         else:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)
-            )
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             await asyncio.shield(_admin_execute(dsn, drop))
 
 
@@ -220,25 +235,25 @@ async def bounded(awaitable: Awaitable[T], seconds: float, what: str) -> T:
 
 
 class Countdown:
-    """Counts handler calls and fires an event once *target* calls were seen."""
+    """Counts handler calls; lets callers wait for a given count (``done`` = target)."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.count = 0
         self.done = asyncio.Event()
-        self._callbacks: list[Callable[[], None]] = []
-
-    def on_done(self, callback: Callable[[], None]) -> None:
-        """Call *callback* (once) when the target is reached."""
-        self._callbacks.append(callback)
+        self._milestones: dict[int, asyncio.Event] = {target: self.done}
 
     def hit(self) -> None:
         """Record one handled job."""
         self.count += 1
-        if self.count == self.target:
-            self.done.set()
-            for callback in self._callbacks:
-                callback()
+        if (event := self._milestones.get(self.count)) is not None:
+            event.set()
+
+    async def reached(self, count: int) -> None:
+        """Return once at least *count* jobs were handled."""
+        if self.count >= count:
+            return
+        await self._milestones.setdefault(count, asyncio.Event()).wait()
 
     def progress(self) -> str:
         """Human-readable progress for error messages."""
@@ -308,6 +323,11 @@ async def enqueue_spaced(
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
 
 
+async def wait_handled(handled: Countdown, count: int, timeout_s: float, what: str) -> None:
+    """Wait until the handler has seen *count* jobs, for at most *timeout_s*."""
+    await bounded(handled.reached(count), timeout_s, what)
+
+
 async def wait_drained(
     handled: Countdown,
     remaining: Callable[[], Awaitable[int]],
@@ -323,13 +343,17 @@ async def wait_drained(
 
     async def drain() -> None:
         await handled.done.wait()
-        while await remaining() > 0:
+        # Acks are committed by the peer's own connections: polling its table is the
+        # only way to see them, and it starts only after the last handler call.
+        while await remaining() > 0:  # noqa: ASYNC110
             await asyncio.sleep(poll_s)
 
     try:
         await bounded(drain(), timeout_s, f"burn of {handled.target} jobs")
     except BenchError as exc:
-        raise BenchError(f"{exc} ({handled.progress()})") from exc
+        rate = handled.count / timeout_s
+        message = f"{exc} ({handled.progress()}, ~{rate:.1f} jobs/s)"
+        raise DrainTimeout(message, completed=handled.count, seconds=timeout_s) from exc
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -381,6 +405,19 @@ def make_result(
     return result
 
 
+def partial_result(
+    *, system: str, config: BenchConfig, settings: dict[str, Any], exc: DrainTimeout
+) -> dict[str, Any]:
+    """Result object of a timed-out burn: the rate over the jobs handled in time."""
+    result = make_result(
+        system=system, config=config, seconds=exc.seconds, settings=settings, jobs=exc.completed
+    )
+    result["timed_out"] = True
+    result["completed"] = exc.completed
+    result["error"] = str(exc)
+    return result
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print the one JSON object of this run on stdout."""
     sys.stdout.write(json.dumps(result, sort_keys=False) + "\n")
@@ -393,13 +430,15 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def run_cli(main: Callable[[], Awaitable[dict[str, Any]]]) -> NoReturn:
+def run_cli(main: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> NoReturn:
     """Run *main*, print its result as JSON and exit 0; on failure exit 1 with a message."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         result = asyncio.run(main())
     except BenchError as exc:
         log(f"error: {exc}")
+        if exc.partial is not None:
+            emit(exc.partial)
         sys.exit(1)
     except KeyboardInterrupt:
         log("interrupted")

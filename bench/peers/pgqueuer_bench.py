@@ -7,7 +7,8 @@ Run with the peers' virtualenv, never with an outbox environment::
         --workload burn --driver asyncpg
 
 Prints one JSON object on stdout (see README.md). Both pgqueuer drivers are measured:
-``--driver asyncpg`` (AsyncpgDriver, or AsyncpgPoolDriver with ``--asyncpg-pool``) and
+``--driver asyncpg`` (AsyncpgPoolDriver, or AsyncpgDriver with ``--asyncpg-driver
+connection``) and
 ``--driver psycopg`` (PsycopgDriver over a psycopg 3 AsyncConnection in autocommit).
 The worker is pgqueuer's ``QueueManager`` (the job consumer of ``PgQueuer``, without
 the cron ``SchedulerManager``, which the benchmark has no use for).
@@ -19,25 +20,26 @@ import argparse
 import asyncio
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pgqueuer
 import psycopg
 from pgqueuer import Job, QueueManager
 from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver, Driver, PsycopgDriver
 from pgqueuer.queries import Queries
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402  (sibling module of a standalone script)
+from common import (
     LATENCY_WARMUP_S,
     BenchConfig,
     BenchError,
     Countdown,
+    DrainTimeout,
     IdRange,
     LatencyProbe,
     Stopwatch,
@@ -49,8 +51,10 @@ from common import (  # noqa: E402  (sibling module of a standalone script)
     fresh_database,
     log,
     make_result,
+    partial_result,
     run_cli,
     wait_drained,
+    wait_handled,
 )
 
 SYSTEM = "pgqueuer"
@@ -60,8 +64,10 @@ OTHER_ENTRYPOINT = "bench_other"
 FAR_FUTURE = timedelta(days=365 * 100)
 
 # Best throughput settings found on the 2-core benchmark machine (see README.md).
-DEFAULT_BATCH_SIZE = 100
-DEFAULT_MAX_CONCURRENT = 0  # 0 = unlimited (pgqueuer's own default)
+DEFAULT_WORKERS = 1
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_MAX_CONCURRENT = 1000  # 0 = unlimited (pgqueuer's own default)
+DEFAULT_ASYNCPG_DRIVER = "pool"
 DEFAULT_DEQUEUE_TIMEOUT_S = 30.0  # pgqueuer default; LISTEN/NOTIFY wakes the worker
 
 
@@ -69,6 +75,7 @@ DEFAULT_DEQUEUE_TIMEOUT_S = 30.0  # pgqueuer default; LISTEN/NOTIFY wakes the wo
 class WorkerSettings:
     """The pgqueuer knobs that matter for throughput and latency."""
 
+    workers: int
     batch_size: int
     max_concurrent_tasks: int
     dequeue_timeout_s: float
@@ -78,15 +85,22 @@ class WorkerSettings:
     def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
         """Read the tuning flags added by :func:`add_tuning_args`."""
         return cls(
+            workers=args.workers,
             batch_size=args.batch_size,
             max_concurrent_tasks=args.max_concurrent_tasks,
             dequeue_timeout_s=args.dequeue_timeout,
-            asyncpg_pool=args.asyncpg_pool,
+            asyncpg_pool=args.driver == "asyncpg" and args.asyncpg_driver == "pool",
         )
 
 
 def add_tuning_args(parser: argparse.ArgumentParser) -> None:
     """Flags to try other worker settings than the best ones found."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help="QueueManagers run side by side in this process, each with its own connection",
+    )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
         "--max-concurrent-tasks",
@@ -96,35 +110,44 @@ def add_tuning_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dequeue-timeout", type=float, default=DEFAULT_DEQUEUE_TIMEOUT_S)
     parser.add_argument(
-        "--asyncpg-pool",
-        action="store_true",
-        help="asyncpg only: use AsyncpgPoolDriver instead of AsyncpgDriver",
+        "--asyncpg-driver",
+        choices=("pool", "connection"),
+        default=DEFAULT_ASYNCPG_DRIVER,
+        help="asyncpg only: AsyncpgPoolDriver (asyncpg pool) or AsyncpgDriver (one connection)",
     )
 
 
 def describe_settings(config: BenchConfig, worker: WorkerSettings) -> dict[str, Any]:
     """The "settings" object of the result: versions, driver wiring, worker knobs."""
     settings: dict[str, Any] = {
-        "pgqueuer_version": pgqueuer.__version__,
+        "pgqueuer_version": version("pgqueuer"),
         "driver_class": driver_class_name(config.driver, worker.asyncpg_pool),
         "durability": "durable (pgqueuer default, logged tables)",
         "enqueue_api": "Queries.enqueue (autocommit: one statement = one transaction)",
     }
-    if config.workload in ("burn", "burn_pending", "latency"):
-        settings["worker"] = {
-            "runner": "QueueManager.run, continuous mode, one process, same event loop",
-            "listen_notify": True,
-            "done_when": "handler saw n jobs and their rows are gone from the queue table",
-            **asdict(worker),
-        }
+    if config.workload == "enqueue_bulk":
+        settings["enqueue_api"] = "Queries.enqueue with lists (one statement for the batch)"
+    if config.workload == "latency":
+        settings["worker"] = worker_description(worker, workers=1)
+        settings["latency"] = "perf_counter after enqueue returns -> first line of handler"
     if config.workload in ("burn", "burn_pending"):
+        settings["worker"] = worker_description(worker, workers=worker.workers)
+        settings["done_when"] = "handler saw n jobs and their rows are gone from the queue table"
         settings["setup"] = "pre-enqueued with Queries.enqueue lists, then ANALYZE + CHECKPOINT"
     if config.workload == "burn_pending":
         settings["pending_placement"] = config.pending_placement
         settings["pending_how"] = pending_description(config.pending_placement)
-    if config.workload == "latency":
-        settings["latency"] = "perf_counter after enqueue returns -> first line of handler"
     return settings
+
+
+def worker_description(worker: WorkerSettings, workers: int) -> dict[str, Any]:
+    """The worker part of the settings object."""
+    return {
+        "runner": "QueueManager.run (continuous mode) x workers, one process, one event loop",
+        "listen_notify": True,
+        **asdict(worker),
+        "workers": workers,
+    }
 
 
 def driver_class_name(driver: str, asyncpg_pool: bool) -> str:
@@ -175,14 +198,14 @@ async def count_left(queries: Queries, ids: IdRange) -> int:
     rows = await queries.driver.fetch(
         f"SELECT count(*) AS n FROM {table} WHERE id BETWEEN $1 AND $2", ids.first, ids.last
     )
-    return int(rows[0]["n"])  # type: ignore[call-overload]
+    return int(str(rows[0]["n"]))
 
 
 async def count_all(queries: Queries) -> int:
     """All rows in pgqueuer's queue table."""
     table = queries.qbe.settings.queue_table
     rows = await queries.driver.fetch(f"SELECT count(*) AS n FROM {table}")
-    return int(rows[0]["n"])  # type: ignore[call-overload]
+    return int(str(rows[0]["n"]))
 
 
 # ---------------------------------------------------------------------------
@@ -244,10 +267,8 @@ async def settle(queries: Queries) -> None:
 # ---------------------------------------------------------------------------
 
 
-def build_worker(
-    driver: Driver, handled: Countdown, probe: LatencyProbe | None
-) -> QueueManager:
-    """A QueueManager whose no-op handler counts jobs and stops it after the last one."""
+def build_worker(driver: Driver, handled: Countdown, probe: LatencyProbe | None) -> QueueManager:
+    """A QueueManager whose no-op handler counts jobs (and marks latency probes)."""
     qm = QueueManager(Queries(driver))
 
     @qm.entrypoint(ENTRYPOINT)
@@ -268,14 +289,9 @@ async def run_worker(qm: QueueManager, settings: WorkerSettings) -> None:
     )
 
 
-async def wait_handled(handled: Countdown, count: int, timeout_s: float, what: str) -> None:
-    """Wait until the handler has seen *count* jobs, for at most *timeout_s*."""
-
-    async def poll() -> None:
-        while handled.count < count:
-            await asyncio.sleep(0.005)
-
-    await bounded(poll(), timeout_s, what)
+async def run_workers(managers: list[QueueManager], settings: WorkerSettings) -> None:
+    """Run several workers side by side until each one's shutdown event is set."""
+    await asyncio.gather(*(run_worker(qm, settings) for qm in managers))
 
 
 # ---------------------------------------------------------------------------
@@ -324,16 +340,26 @@ async def bench_burn(
     await bounded(settle(queries), config.timeout_s, "ANALYZE/CHECKPOINT")
 
     handled = Countdown(config.n)
-    async with open_driver(dsn, config.driver, worker.asyncpg_pool) as driver:
-        qm = build_worker(driver, handled, probe=None)
-        log("worker started")
+    async with AsyncExitStack() as stack:
+        managers = [
+            build_worker(
+                await stack.enter_async_context(
+                    open_driver(dsn, config.driver, worker.asyncpg_pool)
+                ),
+                handled,
+                probe=None,
+            )
+            for _ in range(worker.workers)
+        ]
+        log(f"{len(managers)} worker(s) started")
         clock = Stopwatch()
-        worker_task = asyncio.create_task(run_worker(qm, worker))
+        worker_task = asyncio.create_task(run_workers(managers, worker))
         try:
             await wait_drained(handled, lambda: count_left(queries, ids), config.timeout_s)
             seconds = clock.stop()
         finally:
-            qm.shutdown.set()
+            for qm in managers:
+                qm.shutdown.set()
             await bounded(worker_task, config.timeout_s, "worker shutdown")
     left = await count_all(queries)
     if left != pending:
@@ -377,7 +403,13 @@ async def run_workload(config: BenchConfig, dsn: str, worker: WorkerSettings) ->
         elif config.workload == "enqueue_bulk":
             seconds = await bench_enqueue_bulk(config, queries)
         elif config.workload in ("burn", "burn_pending"):
-            seconds = await bench_burn(config, dsn, queries, worker)
+            try:
+                seconds = await bench_burn(config, dsn, queries, worker)
+            except DrainTimeout as exc:
+                exc.partial = partial_result(
+                    system=SYSTEM, config=config, settings=settings, exc=exc
+                )
+                raise
         else:
             clock = Stopwatch()
             latencies = await bench_latency(config, dsn, queries, worker)
@@ -397,8 +429,6 @@ async def main() -> dict[str, Any]:
     add_tuning_args(parser)
     config = config_from_args(parser.parse_args())
     worker = WorkerSettings.from_args(config.extra)
-    if worker.asyncpg_pool and config.driver != "asyncpg":
-        raise BenchError("--asyncpg-pool needs --driver asyncpg")
     async with fresh_database(config.dsn, SYSTEM, keep=config.keep_db) as dsn:
         return await run_workload(config, dsn, worker)
 
