@@ -31,7 +31,8 @@ async def main() -> None:
         # Not drain(): that makes leases run out, and this test owns the leases it set.
         for _ in range(5):
             rows, _visited = await executor._claim(100)
-            await asyncio.gather(*executor._dispatch(rows))
+            executor._dispatch(rows)
+            await executor.settle()  # the attempts and their endings
         await executor.sweep_expired()
         snapshot = await executor.sample_backlog()
     print(json.dumps({"due": snapshot.due, "executing": snapshot.executing}))

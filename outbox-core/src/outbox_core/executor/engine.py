@@ -714,7 +714,7 @@ class Executor:
             cursor = await conn.execute(self.queries["claim_action"], params)
             rows = await cursor.fetchall()
         self._dispatch([row for row in rows if row[0] != "visited"])
-        await self._settle()
+        await self.settle()
         if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
             return None
         async with self._pool().connection() as conn:
@@ -738,13 +738,13 @@ class Executor:
                     raise TimeoutError(f"drain() did not finish within {timeout} s")
                 rows, visited = await self._claim(self.settings.claim_batch)
                 self._dispatch(rows)
-                ran += await self._settle()
+                ran += await self.settle()
                 if not rows and visited == 0:
                     return ran
         finally:
             self._chaining = False
 
-    async def _settle(self) -> int:
+    async def settle(self) -> int:
         """Wait until no attempt runs (chained claims may start more meanwhile) and every
         lane that waits to be lowered again was. Returns how many tasks finished."""
         finished = 0
