@@ -470,7 +470,9 @@ def main() -> None:
             indent=1,
         )
     )
-    if table.errors:
+    # A peer that fails a workload (procrastinate times out on a large backlog) is a result,
+    # reported in the table; only a failure of outbox's own figures fails the run.
+    if any(system == "outbox" for _, system in table.errors):
         sys.exit(1)
 
 
