@@ -51,8 +51,11 @@ PENDING_SHAPES = ("none", "one_lane", "claimable", "not_due", "lanes_10k")
 # enqueue would leave them. %(n)s rows; every shape's lane rows are consistent with its actions.
 PENDING_SQL = {
     "one_lane": [
-        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts, state, epoch, attempt, lease_until) "
-        "VALUES ('BENCH_NOOP', false, true, 'pending-hot', 'pending-head', '{}', 5, 'EXECUTING', 1, 1, now() + interval '1 day')",
+        "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts) "
+        "VALUES ('BENCH_NOOP', false, true, 'pending-hot', 'pending-head', '{}', 5)",
+        # The head is executing under a lease that outlasts the run (a claim, as the trigger allows).
+        "UPDATE outbox.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() + interval '1 day' "
+        "WHERE idempotency_key = 'pending-head'",
         "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts) "
         "SELECT 'BENCH_NOOP', false, true, 'pending-hot', 'pending-' || g, '{}', 5 FROM generate_series(2, %(n)s) g",
         "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
