@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from outbox_core import ActionAdapter, ActionState, StopReason
+from outbox_core import ActionState, StopReason
 from outbox_core.testing import OutboxTestDatabase
 from outbox_email import EmailAdapter
 from outbox_email.testing import SmtpTestServer, serve_email
@@ -165,8 +163,6 @@ async def _wait_closed(server: SmtpTestServer) -> bool:
 async def test_the_executor_closes_the_pooled_connections_when_it_closes(
     outbox_db: OutboxTestDatabase, smtp_server: SmtpTestServer
 ) -> None:
-    if not hasattr(ActionAdapter, "aclose"):
-        pytest.skip("outbox-core does not call ActionAdapter.aclose() when an executor closes")
     serve_email(outbox_db, smtp_server, max_connections=2)
     async with outbox_db.executor() as executor:
         for n in range(4):
