@@ -82,6 +82,28 @@ def _accept(name: str, prepared: Prepared) -> None:
     )
 
 
+def _context(
+    idempotency_key: str,
+    workspace_id: str | None,
+    subject_account_id: str | None,
+    connection: Connection[Any] | AsyncConnection[Any] | None,
+) -> NoticeContext:
+    return NoticeContext(
+        stage="enqueue",
+        idempotency_key=idempotency_key,
+        workspace_id=workspace_id,
+        subject_account_id=subject_account_id,
+        connection=connection,
+    )
+
+
+def _unsendable(checked: _Checked, exc: InvalidMail) -> InvalidRequest:
+    return InvalidRequest(
+        "payload.event",
+        f"the notice {checked.notice.name!r} prepared an email that cannot be sent: {exc}",
+    )
+
+
 def _request(
     checked: _Checked,
     *,
@@ -128,20 +150,11 @@ def email_request(
     ``lane_key`` defaults to ``email:<idempotency_key>`` (no order between emails)."""
     outbox = outbox if outbox is not None else default_outbox()
     checked = _check(outbox, notice, event, idempotency_key)
-    context = NoticeContext(
-        stage="enqueue",
-        idempotency_key=idempotency_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        connection=connection,
-    )
+    context = _context(idempotency_key, workspace_id, subject_account_id, connection)
     try:
         prepared = checked.notice.prepare(checked.event, context)
     except InvalidMail as exc:
-        raise InvalidRequest(
-            "payload.event",
-            f"the notice {checked.notice.name!r} prepared an email that cannot be sent: {exc}",
-        ) from None
+        raise _unsendable(checked, exc) from None
     _accept(checked.notice.name, prepared)
     return _request(
         checked,
@@ -172,20 +185,11 @@ async def aemail_request(
     """The async twin of :func:`email_request`: the notice's ``aprepare`` runs."""
     outbox = outbox if outbox is not None else default_outbox()
     checked = _check(outbox, notice, event, idempotency_key)
-    context = NoticeContext(
-        stage="enqueue",
-        idempotency_key=idempotency_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        connection=connection,
-    )
+    context = _context(idempotency_key, workspace_id, subject_account_id, connection)
     try:
         prepared = await checked.notice.aprepare(checked.event, context)
     except InvalidMail as exc:
-        raise InvalidRequest(
-            "payload.event",
-            f"the notice {checked.notice.name!r} prepared an email that cannot be sent: {exc}",
-        ) from None
+        raise _unsendable(checked, exc) from None
     _accept(checked.notice.name, prepared)
     return _request(
         checked,

@@ -349,9 +349,11 @@ class Executor:
             action_event(
                 "action.undecodable", claimed.id, claimed.kind, level=logging.ERROR, error=str(exc)
             )
-            await self._ender.submit(
-                self._facts(claimed, adapter, fenced=False).defer(timedelta(minutes=5))
+            deferral = decide(
+                self._facts(claimed, adapter, fenced=False), Defer(timedelta(minutes=5))
             )
+            assert deferral is not None  # a Defer always reschedules
+            await self._ender.submit(deferral)
             return
         attempt = ActionAttempt(claimed, self, body)
         slots = self._slots_for(claimed.kind, adapter)
@@ -432,8 +434,10 @@ class Executor:
 
         return check
 
-    def _facts(self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool) -> _Facts:
-        return _Facts(
+    def _facts(
+        self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool
+    ) -> AttemptFacts:
+        return AttemptFacts(
             action_id=claimed.id,
             kind=claimed.kind,
             lane_key=claimed.lane_key,
@@ -835,13 +839,6 @@ class Executor:
                         error=str(exc),
                     )
             await asyncio.sleep(period * random.uniform(0.8, 1.2))
-
-
-class _Facts(AttemptFacts):
-    def defer(self, after: timedelta) -> Ending:
-        ending = decide(self, Defer(after))
-        assert ending is not None
-        return ending
 
 
 def _earlier(

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..executor import Executor
 from ..outbox import Outbox
-from ..settings import OutboxSettings
 from .database import OutboxTestDatabase, find_server
 
 __all__ = ["OutboxTestDatabase", "adrain", "drain", "find_server"]
@@ -36,7 +35,3 @@ def drain(outbox: Outbox, conninfo: str, *, timeout: float = 60.0, **settings: A
     except RuntimeError:
         return asyncio.run(adrain(outbox, conninfo, timeout=timeout, **settings))
     raise RuntimeError("drain() was called inside a running event loop; use `await adrain(...)`")
-
-
-def settings_for(schema: str = "outbox", **values: Any) -> OutboxSettings:
-    return OutboxSettings(schema_name=schema, **values)
