@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 
 from outbox_core import ActionRequest
 from outbox_core.cli import main
+from outbox_core.migrations import core_line
 from outbox_core.testing import OutboxTestDatabase
 
 
@@ -73,7 +74,9 @@ def test_plugins_reports_applied_migrations(db: OutboxTestDatabase) -> None:
     core = next(
         p for p in json.loads(result.output)["plugins"] if p["distribution"] == "outbox-core"
     )
-    assert core["migrations"]["core"] == {"applied": [1, 2, 3], "pending": []}
+    shipped = [migration.version for migration in core_line().files()]
+    assert shipped[:3] == [1, 2, 3]
+    assert core["migrations"]["core"] == {"applied": shipped, "pending": []}
 
 
 def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> None:

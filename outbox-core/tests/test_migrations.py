@@ -40,20 +40,17 @@ def labels(migrations: list[Any]) -> list[str]:
     return [m.label for m in migrations]
 
 
+# The core line's files as shipped, in order ("core/0001_schema", ...).
+CORE = labels(core_line().files())
+
+
 def test_core_applies_first_then_plugin_lines_and_a_second_run_is_a_no_op(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
         first = migrate(conn, "outbox", [FIXTURE])
-        assert labels(first) == [
-            "core/0001_schema",
-            "core/0002_claim",
-            "core/0003_settle",
-            "fixture/0001_fixture",
-        ]
+        assert labels(first) == [*CORE, "fixture/0001_fixture"]
         assert migrate(conn, "outbox", [FIXTURE]) == []
         assert sorted(applied(conn, "outbox")) == [
-            ("core", 1),
-            ("core", 2),
-            ("core", 3),
+            *(("core", n) for n in range(1, len(CORE) + 1)),
             ("fixture", 1),
         ]
 
@@ -61,7 +58,7 @@ def test_core_applies_first_then_plugin_lines_and_a_second_run_is_a_no_op(empty_
 def test_a_plugin_line_never_applies_before_the_core_line(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
         pending = plan([FIXTURE], {})
-        assert [m.line for m in pending] == ["core", "core", "core", "fixture"]
+        assert [m.line for m in pending] == [*(["core"] * len(CORE)), "fixture"]
         # Applied alone, the plugin's file fails on the missing kind registry, and says so.
         fixture_only = FIXTURE.files()[0]
         from outbox_core.migrations import _apply
@@ -91,7 +88,7 @@ def test_two_migrators_at_once_apply_each_file_exactly_once(empty_db: str) -> No
     assert errors == []
     assert sorted(results, key=len) == [
         [],
-        ["core/0001_schema", "core/0002_claim", "core/0003_settle", "fixture/0001_fixture"],
+        [*CORE, "fixture/0001_fixture"],
     ]
 
 

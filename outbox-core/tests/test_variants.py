@@ -219,6 +219,67 @@ def test_a_key_suffix_matches_only_declared_last_segments(
     )
 
 
+# Three kinds served at once: A checks nothing, B a path, C a path and a key suffix. Each row
+# must be judged by its own kind's entry, whatever the entry's position in the arrays.
+SERVED = (
+    ["A", "B", "C"],
+    [None, '$.mode == "fast"', '$.mode == "slow"'],
+    [None, None, "(^|:)(send)$"],
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "key", "expected"),
+    [
+        ("A", {"mode": "anything"}, "x:edit", True),
+        ("B", {"mode": "fast"}, "x:edit", True),
+        ("B", {"mode": "slow"}, "x:send", False),
+        ("C", {"mode": "slow"}, "x:send", True),
+        ("C", {"mode": "slow"}, "x:edit", False),
+        ("C", {"mode": "fast"}, "x:send", False),
+        ("D", {"mode": "fast"}, "x:send", False),
+        ("B", None, "x:send", False),
+    ],
+)
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]])
+def test_each_row_is_judged_by_its_own_kinds_entry(
+    plain_conn: psycopg.Connection,
+    kind: str,
+    payload: Any,
+    key: str,
+    expected: bool,
+    order: list[int],
+) -> None:
+    kinds, paths, suffixes = ([column[i] for i in order] for column in SERVED)
+    row = plain_conn.execute(
+        "SELECT outbox.decodable_v1(%s, %s::jsonb, %s, %s::text[], %s::jsonpath[], %s::text[])",
+        (
+            kind,
+            None if payload is None else psycopg.types.json.Jsonb(payload),
+            key,
+            kinds,
+            paths,
+            suffixes,
+        ),
+    ).fetchone()
+    assert row is not None
+    assert row[0] is expected
+
+
+def test_the_claims_filter_is_inlined_not_called_per_row(plain_conn: psycopg.Connection) -> None:
+    # A SQL function the planner cannot inline runs as its own executor call for every row the
+    # claim looks at; written as one expression, it disappears into the plan.
+    plan = "\n".join(
+        row[0]
+        for row in plain_conn.execute(
+            "EXPLAIN VERBOSE SELECT outbox.decodable_v1(a.kind, a.payload, a.idempotency_key, "
+            "ARRAY['A'], ARRAY[NULL]::jsonpath[], ARRAY[NULL]::text[]) FROM outbox.agent_action a"
+        )
+    )
+    assert "decodable_v1" not in plan
+    assert "array_position" in plan
+
+
 def test_a_decoding_lane_read_raises_on_a_variant_this_build_lacks(db: OutboxTestDatabase) -> None:
     with db.connect() as conn:
         db.outbox.enqueue(
