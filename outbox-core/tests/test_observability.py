@@ -98,3 +98,31 @@ async def test_the_backlog_gauges_count_due_and_blocked_lanes_by_kind(
     assert due[(("kind", "TEST_NOOP"),)] == 3
     ages = {a["kind"]: v for a, v in points("action.backlog.oldest_due_age")}
     assert ages["TEST_NOOP"] >= 5
+
+
+async def test_a_lane_is_blocked_only_while_its_head_waits_with_an_action_behind_it(
+    db: OutboxTestDatabase,
+) -> None:
+    with db.connect() as conn:
+        for lane, count in (("waits-with-tail", 2), ("waits-alone", 1), ("due-pair", 2)):
+            for index in range(count):
+                db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", lane, f"{lane}-{index}"))
+        conn.commit()
+    # The heads of the first two lanes wait out a backoff.
+    db.execute(
+        "UPDATE {schema}.agent_action SET due_at = now() + interval '1 hour'"
+        " WHERE idempotency_key IN ('waits-with-tail-0', 'waits-alone-0')"
+    )
+    async with db.executor() as executor:
+        snapshot = await executor.sample_backlog()
+        assert snapshot.lanes_blocked == {"TEST_NOOP": 1}
+        with db.connect() as conn:
+            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "waits-alone", "waits-alone-1"))
+            conn.commit()
+        # Between full counts the maintenance loop keeps the last count of blocked lanes.
+        kept = await executor.sample_backlog(blocked=False)
+        assert kept.lanes_blocked == {"TEST_NOOP": 1}
+        counted = await executor.sample_backlog()
+        assert counted.lanes_blocked == {"TEST_NOOP": 2}
+    blocked = {a["kind"]: v for a, v in points("action.lanes.blocked")}
+    assert blocked["TEST_NOOP"] == 2

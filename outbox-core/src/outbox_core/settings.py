@@ -103,6 +103,11 @@ class OutboxSettings(SectionSettings):
     maintenance_seconds: float = Field(
         default=10.0, gt=0.0, description="how often expiry, retention and gauges run"
     )
+    blocked_lanes_seconds: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="how often the blocked-lanes gauge is counted (a pass over the live actions)",
+    )
     shutdown_seconds: float = Field(
         default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"
     )

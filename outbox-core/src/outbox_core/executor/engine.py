@@ -102,6 +102,8 @@ class Executor:
         self._chain_filter = registry.filter(unlimited) if unlimited else None
         self._limited = frozenset(self.kinds) - set(unlimited)
         self._hooked: dict[str, bool] = {}
+        self._blocked_counted_at: float | None = None
+        self._lanes_blocked: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -800,7 +802,10 @@ class Executor:
             event("retention.deleted", count=deleted)
         return deleted
 
-    async def sample_backlog(self) -> BacklogSnapshot:
+    async def sample_backlog(self, *, blocked: bool = True) -> BacklogSnapshot:
+        """Count the backlog gauges and publish them. ``blocked=False`` keeps the last count of
+        blocked lanes, which costs a pass over the live actions (the maintenance loop counts
+        it every ``blocked_lanes_seconds``)."""
         snapshot = BacklogSnapshot()
         params = self._filter_params()
         async with self._pool().connection() as conn:
@@ -811,11 +816,23 @@ class Executor:
                 snapshot.oldest_due_age[kind] = oldest
             cursor = await conn.execute(self.queries["uncertain_counts"], {"kinds": self.kinds})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
-            cursor = await conn.execute(self.queries["blocked_lanes"], {**params, "limit": 100_000})
-            for row in await cursor.fetchall():
-                snapshot.lanes_blocked[row[0]] = snapshot.lanes_blocked.get(row[0], 0) + 1
+            if blocked or self._blocked_counted_at is None:
+                cursor = await conn.execute(
+                    self.queries["blocked_lanes"], {**params, "limit": 100_000}
+                )
+                for row in await cursor.fetchall():
+                    snapshot.lanes_blocked[row[0]] = snapshot.lanes_blocked.get(row[0], 0) + 1
+                self._blocked_counted_at = time.monotonic()
+                self._lanes_blocked = dict(snapshot.lanes_blocked)
+            else:
+                snapshot.lanes_blocked.update(self._lanes_blocked)
         self.instruments.publish(snapshot)
         return snapshot
+
+    async def _sample_gauges(self) -> None:
+        last = self._blocked_counted_at
+        due = last is None or time.monotonic() - last >= self.settings.blocked_lanes_seconds
+        await self.sample_backlog(blocked=due)
 
     def _filter_params(self) -> dict[str, Any]:
         return {
@@ -828,7 +845,7 @@ class Executor:
         period = self.settings.maintenance_seconds
         await asyncio.sleep(random.uniform(0, period))
         while not self._stopping:
-            for step in (self.sweep_expired, self.sweep_retention, self.sample_backlog):
+            for step in (self.sweep_expired, self.sweep_retention, self._sample_gauges):
                 try:
                     await step()
                 except psycopg.Error as exc:

@@ -271,13 +271,22 @@ SELECT kind, count(*) FROM {schema}.agent_action
 -- name: blocked_lanes
 -- Lanes whose head waits (a retry backoff, a deferral, a row this build cannot decode) with an
 -- action behind it; "since" is when the first action behind the head was enqueued. The head
--- is the one the lane's last claim found (action_lane.head_id).
+-- is the one the lane's last claim found (action_lane.head_id). Only lanes with two live
+-- actions or more can be blocked: one pass over the live-lane index finds them, where a look
+-- behind every lane's head cost a million index descents with a million lanes pending.
+WITH crowded AS (
+    SELECT c.lane_key FROM {schema}.agent_action c
+     WHERE c.state IN ('ADMITTED', 'EXECUTING')
+     GROUP BY c.lane_key
+    HAVING count(*) > 1
+)
 SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS head_due,
        b.created_at AS since,
        NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
            AS foreign_head
-  FROM {schema}.action_lane l
+  FROM crowded c
+  JOIN {schema}.action_lane l ON l.lane_key = c.lane_key
   JOIN {schema}.agent_action h ON h.id = l.head_id
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
