@@ -1,7 +1,9 @@
 """Group commits: many small writes from concurrent attempts become one statement.
 
-While one batch is being written, the next one gathers; no timer adds latency, so a lone
-write goes out at once and a crowd shares a round trip and a commit.
+While a batch is being written, the next one gathers; no timer adds latency, so a lone
+write goes out at once and a crowd shares a round trip and a commit. With ``parallel`` above
+one, that many batches may be written at once (on as many connections), so the database works
+on one while this process reads the answer of another.
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ class Batcher(Generic[Item, Answer]):
         flush: Callable[[Sequence[Item]], Awaitable[Sequence[Answer]]],
         *,
         max_batch: int = 1000,
+        parallel: int = 1,
         name: str = "batcher",
     ) -> None:
+        if parallel < 1:
+            raise ValueError(f"{name}: parallel must be at least 1, not {parallel}")
         self._flush = flush
         self._max = max_batch
+        self._parallel = parallel
+        self._writing: set[asyncio.Task[None]] = set()
         self._name = name
         self._pending: list[tuple[Item, Callable[[Answer | BaseException], None] | None]] = []
         self._wake = asyncio.Event()
@@ -88,23 +95,37 @@ class Batcher(Generic[Item, Answer]):
 
     async def _run(self) -> None:
         while True:
-            if not self._pending:
-                if self._closed:
+            if not self._pending or len(self._writing) >= self._parallel:
+                if self._closed and not self._pending and not self._writing:
                     return
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             batch, self._pending = self._pending[: self._max], self._pending[self._max :]
-            try:
-                answers: Sequence[Answer | BaseException] = await self._flush(
-                    [item for item, _ in batch]
-                )
-            except asyncio.CancelledError as exc:
-                self._deliver(batch, [exc] * len(batch))
-                raise
-            except Exception as exc:
-                answers = [exc] * len(batch)
-            self._deliver(batch, answers)
+            if self._parallel == 1:
+                await self._write(batch)
+                continue
+            writer = asyncio.create_task(self._write(batch), name=f"{self._name}-write")
+            self._writing.add(writer)
+            writer.add_done_callback(self._written)
+
+    def _written(self, writer: asyncio.Task[None]) -> None:
+        self._writing.discard(writer)
+        self._wake.set()
+
+    async def _write(
+        self, batch: list[tuple[Item, Callable[[Answer | BaseException], None] | None]]
+    ) -> None:
+        try:
+            answers: Sequence[Answer | BaseException] = await self._flush(
+                [item for item, _ in batch]
+            )
+        except asyncio.CancelledError as exc:
+            self._deliver(batch, [exc] * len(batch))
+            raise
+        except Exception as exc:
+            answers = [exc] * len(batch)
+        self._deliver(batch, answers)
 
     def _deliver(
         self,

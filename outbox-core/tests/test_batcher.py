@@ -1,0 +1,106 @@
+"""The group-commit batcher: batches gather while others are written, answers reach their
+items, a failed batch fails only its own items, and close() writes what is pending."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from outbox_core.executor.batcher import Batcher
+
+
+class Gate:
+    """A flush that records its batches and waits until the test lets each one finish."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.writing = 0
+        self.most_at_once = 0
+        self.release = asyncio.Event()
+
+    async def flush(self, items: Sequence[int]) -> list[int]:
+        self.batches.append(list(items))
+        self.writing += 1
+        self.most_at_once = max(self.most_at_once, self.writing)
+        try:
+            await self.release.wait()
+        finally:
+            self.writing -= 1
+        if 13 in items:
+            raise RuntimeError("batch with 13 failed")
+        return [item * 10 for item in items]
+
+
+async def settle_a_moment() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_two_batches_are_written_at_once_and_the_rest_gathers_behind_them() -> None:
+    gate = Gate()
+    batcher: Batcher[int, int] = Batcher(gate.flush, parallel=2, name="test")
+    answers = [asyncio.ensure_future(batcher.submit(1))]
+    await settle_a_moment()
+    answers.append(asyncio.ensure_future(batcher.submit(2)))
+    await settle_a_moment()
+    answers += [asyncio.ensure_future(batcher.submit(n)) for n in (3, 4, 5)]
+    await settle_a_moment()
+    # Two writes in flight ([1] and [2]); 3, 4 and 5 wait together for a free place.
+    assert gate.batches == [[1], [2]]
+    assert batcher.outstanding == 5
+    gate.release.set()
+    assert await asyncio.gather(*answers) == [10, 20, 30, 40, 50]
+    assert gate.batches == [[1], [2], [3, 4, 5]]
+    assert gate.most_at_once == 2
+    assert batcher.outstanding == 0
+    await batcher.close()
+
+
+async def test_one_at_a_time_unless_asked() -> None:
+    gate = Gate()
+    batcher: Batcher[int, int] = Batcher(gate.flush, name="test")
+    first = asyncio.ensure_future(batcher.submit(1))
+    await settle_a_moment()
+    rest = [asyncio.ensure_future(batcher.submit(n)) for n in (2, 3)]
+    await settle_a_moment()
+    assert gate.batches == [[1]]
+    gate.release.set()
+    assert await asyncio.gather(first, *rest) == [10, 20, 30]
+    assert gate.batches == [[1], [2, 3]] and gate.most_at_once == 1
+    await batcher.close()
+
+
+async def test_a_failed_batch_fails_only_its_own_items() -> None:
+    gate = Gate()
+    batcher: Batcher[int, int] = Batcher(gate.flush, parallel=2, name="test")
+    bad = asyncio.ensure_future(batcher.submit(13))
+    await settle_a_moment()
+    good = asyncio.ensure_future(batcher.submit(7))
+    gate.release.set()
+    with pytest.raises(RuntimeError, match="batch with 13 failed"):
+        await bad
+    assert await good == 70
+    await batcher.close()
+
+
+async def test_close_writes_what_is_pending_and_refuses_more() -> None:
+    gate = Gate()
+    batcher: Batcher[int, int] = Batcher(gate.flush, parallel=2, name="test")
+    seen: list[int | BaseException] = []
+    for n in range(1, 6):
+        batcher.post(n, seen.append)
+    closing = asyncio.ensure_future(batcher.close())
+    await settle_a_moment()
+    assert not closing.done()
+    gate.release.set()
+    await closing
+    assert sorted(seen) == [10, 20, 30, 40, 50]  # type: ignore[type-var]
+    with pytest.raises(RuntimeError, match="test is closed"):
+        batcher.post(6)
+
+
+def test_parallel_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="test: parallel must be at least 1, not 0"):
+        Batcher(Gate().flush, parallel=0, name="test")
