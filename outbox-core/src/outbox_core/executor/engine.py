@@ -73,10 +73,14 @@ class Executor:
         self.queries = outbox.queries
         self.instruments = Instruments.shared(self.kinds)
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        # Two batches of endings (and of fences) may be written at once: the server works on
+        # one while this process reads the answer to the other and runs what it chained.
         self._fencer: Batcher[tuple[int, int], bool] = Batcher(
-            self._flush_fences, name="outbox-fencer"
+            self._flush_fences, parallel=2, name="outbox-fencer"
         )
-        self._ender: Batcher[Ending, bool] = Batcher(self._flush_endings, name="outbox-ender")
+        self._ender: Batcher[Ending, bool] = Batcher(
+            self._flush_endings, parallel=2, name="outbox-ender"
+        )
         self._running: set[asyncio.Task[None]] = set()
         self._held: dict[str, int] = {}
         self._kind_slots: dict[str, asyncio.Semaphore | contextlib.nullcontext[None]] = {}
@@ -513,7 +517,10 @@ class Executor:
             "margin": self.settings.fence_margin_seconds,
         }
         async with self._pool().connection() as conn:
-            cursor = await conn.execute(self.queries["begin_write"], params, prepare=True)
+            # Planned for each batch, never prepared: a generic plan does not know the batch
+            # size, and it chose to scan every executing action (through the partial index of
+            # executing lanes) once for each fence: 120 us a fence with a thousand running.
+            cursor = await conn.execute(self.queries["begin_write"], params, prepare=False)
             passed = {row[0] for row in await cursor.fetchall()}
         return [action_id in passed for action_id, _ in requests]
 
@@ -573,8 +580,10 @@ class Executor:
             "suffixes": chained_filter.suffixes,
         }
         by_id = {ending.action_id: ending for ending in endings}
+        hooked = any(self._has_hooks(ending.kind) for ending in endings)
+        params["brief"] = not hooked
         async with self._pool().connection() as conn:
-            if any(self._has_hooks(ending.kind) for ending in endings):
+            if hooked:
                 async with conn.transaction():
                     cursor = await conn.execute(self.queries["settle"], params, prepare=True)
                     rows = await cursor.fetchall()
@@ -583,11 +592,12 @@ class Executor:
             else:
                 cursor = await conn.execute(self.queries["settle"], params, prepare=True)
                 rows = await cursor.fetchall()
-                actions = [Action.from_row(row[1:]) for row in rows if row[0] == "ended"]
+        # An 'ended' row: op, id, kind, ..., state (8), attempt (9), ..., stop_reason (17).
+        ended = [row for row in rows if row[0] == "ended"]
+        for row in ended:
+            self._report_ending(row[1], row[2], ActionState(row[8]), row[9], row[17], by_id[row[1]])
         chained = [_settled_as_claimed(row) for row in rows if row[0] in CLAIM_OPS]
         missed = {row[4]: (row[12], row[19] == "cleared") for row in rows if row[0] == "skipped"}
-        for action in actions:
-            self._report_ending(action, by_id[action.id])
         if chained:
             self._dispatch(chained)
         if missed:
@@ -597,7 +607,7 @@ class Executor:
         # The claim loop has something new to look at only where a freed lane was not chained.
         if any(row[0] == "lowered" for row in rows):
             self._wake.set()
-        changed = {action.id for action in actions}
+        changed = {row[1] for row in ended}
         return [ending.action_id in changed for ending in endings]
 
     def _has_hooks(self, kind: str) -> bool:
@@ -674,33 +684,36 @@ class Executor:
                 self._wake.set()
             delay = min(delay * 2, 1.0)
 
-    def _report_ending(self, action: Action, ending: Ending) -> None:
-        if action.state.ended:
+    def _report_ending(
+        self,
+        action_id: int,
+        kind: str,
+        state: ActionState,
+        attempt: int,
+        stop_reason: str | None,
+        ending: Ending,
+    ) -> None:
+        if state.ended:
             self.instruments.ended.add(
-                1,
-                {
-                    "kind": action.kind,
-                    "state": str(action.state),
-                    "stop_reason": action.stop_reason or "",
-                },
+                1, {"kind": kind, "state": str(state), "stop_reason": stop_reason or ""}
             )
-            level = logging.WARNING if action.state is ActionState.UNCERTAIN else logging.INFO
+            level = logging.WARNING if state is ActionState.UNCERTAIN else logging.INFO
             action_event(
-                _END_EVENT[action.state],
-                action.id,
-                action.kind,
+                _END_EVENT[state],
+                action_id,
+                kind,
                 level=level,
-                stop_reason=action.stop_reason,
-                attempt=action.attempt,
+                stop_reason=stop_reason,
+                attempt=attempt,
             )
         else:
             action_event(
                 f"action.{ending.result.lower()}",
-                action.id,
-                action.kind,
+                action_id,
+                kind,
                 level=logging.DEBUG,
-                state=str(action.state),
-                attempt=action.attempt,
+                state=str(state),
+                attempt=attempt,
             )
 
     # -- run_now, drain and maintenance --------------------------------------------------------

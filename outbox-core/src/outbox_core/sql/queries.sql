@@ -192,13 +192,23 @@ SELECT 1 FROM {schema}.agent_action
 
 -- name: settle
 -- See settle_v1 in migrations/core/0003_settle.sql: a batch of endings, the lanes they free
--- lowered or their next heads claimed, in one round trip.
-SELECT * FROM {schema}.settle_v1(
-    %(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[], %(states)b::text[],
-    %(stop_reasons)b::text[], %(readback_refs)b::text[], %(delays)b::float8[],
-    %(fences)b::text[], %(prior_writes)b::timestamptz[], %(uncounts)b::integer[],
-    %(results)b::text[], %(chain)s, make_interval(secs => %(lease)s),
-    %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+-- lowered or their next heads claimed, in one round trip. With %(brief)s (a batch without
+-- ended()/rescheduled() hooks, which need the whole row) an 'ended' row carries only what the
+-- executor reports: id, kind, state, attempt and stop reason. Reading every column back cost
+-- the executor about as much as the rest of the ending.
+WITH s AS (
+    SELECT * FROM {schema}.settle_v1(
+        %(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[], %(states)b::text[],
+        %(stop_reasons)b::text[], %(readback_refs)b::text[], %(delays)b::float8[],
+        %(fences)b::text[], %(prior_writes)b::timestamptz[], %(uncounts)b::integer[],
+        %(results)b::text[], %(chain)s, make_interval(secs => %(lease)s),
+        %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+)
+SELECT * FROM s WHERE NOT %(brief)s OR s.op <> 'ended'
+UNION ALL
+SELECT s.op, s.id, s.kind, NULL, NULL, NULL, NULL, NULL, s.state, s.attempt, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, s.stop_reason, NULL, NULL, NULL
+  FROM s WHERE %(brief)s AND s.op = 'ended'
 
 -- name: lower_lanes_wait
 -- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and
