@@ -225,7 +225,7 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                 if time.monotonic() > deadline:
                     stop_workers(procs)
                     raise TimeoutError("the burn-down did not finish in time")
-                time.sleep(0.2)
+                time.sleep(0.5)
             end_at = conn.execute(
                 "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%'",
                 (kind,),

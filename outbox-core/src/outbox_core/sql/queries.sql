@@ -284,7 +284,7 @@ SELECT kind, count(*) FROM {schema}.agent_action
 -- is the one the lane's last claim found (action_lane.head_id). Only lanes with two live
 -- actions or more can be blocked: one pass over the live-lane index finds them, where a look
 -- behind every lane's head cost a million index descents with a million lanes pending.
-WITH crowded AS (
+WITH crowded AS MATERIALIZED (
     SELECT c.lane_key FROM {schema}.agent_action c
      WHERE c.state IN ('ADMITTED', 'EXECUTING')
      GROUP BY c.lane_key
@@ -296,8 +296,16 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS h
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
            AS foreign_head
   FROM crowded c
-  JOIN {schema}.action_lane l ON l.lane_key = c.lane_key
-  JOIN {schema}.agent_action h ON h.id = l.head_id
+  -- One index lookup each per crowded lane. The planner cannot know how few lanes are
+  -- crowded; as plain joins it guessed 20 times too many and hashed both whole tables.
+  -- LIMIT keeps each lookup a lookup.
+  JOIN LATERAL (
+        SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
+         WHERE l.lane_key = c.lane_key LIMIT 1) l ON true
+  JOIN LATERAL (
+        SELECT h.id, h.kind, h.state, h.due_at, h.payload, h.idempotency_key
+          FROM {schema}.agent_action h
+         WHERE h.id = l.head_id LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
          WHERE w.lane_key = l.lane_key AND w.state IN ('ADMITTED', 'EXECUTING') AND w.id > h.id
