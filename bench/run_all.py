@@ -128,6 +128,30 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
             ],
             note="pending: claimable heads of a kind this executor does not serve",
         ),
+        *(
+            Case(
+                f"burn_pending_{shape}",
+                "outbox",
+                [
+                    *throughput,
+                    "burn",
+                    "--actions",
+                    str(sizes.burn),
+                    "--lanes",
+                    lanes,
+                    "--pending",
+                    shape,
+                    "--pending-count",
+                    str(sizes.pending),
+                ],
+                note=f"pending: {what}",
+            )
+            for shape, what in (
+                ("one_lane", "all in one lane behind an executing head"),
+                ("not_due", "one per lane, heads waiting out a backoff"),
+                ("lanes_10k", "in 10,000 lanes whose heads are executing"),
+            )
+        ),
         Case(
             "burn_fenced",
             "outbox",
