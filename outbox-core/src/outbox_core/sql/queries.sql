@@ -192,10 +192,10 @@ SELECT 1 FROM {schema}.agent_action
 
 -- name: settle
 -- See settle_v1 in migrations/core/0003_settle.sql (last replaced by 0005): a batch of
--- endings, the lanes they free lowered or their next heads claimed, in one round trip. With %(brief)s (a batch without
--- ended()/rescheduled() hooks, which need the whole row) an 'ended' row carries only what the
--- executor reports: id, kind, state, attempt and stop reason. Reading every column back cost
--- the executor about as much as the rest of the ending.
+-- endings, the lanes they free lowered or their next heads claimed, in one round trip. When
+-- brief (a batch without ended()/rescheduled() hooks, which need the whole row), an 'ended'
+-- row carries only what the executor reports: id, kind, state, attempt and stop reason.
+-- Reading every column back cost the executor about as much as the rest of the ending.
 WITH s AS (
     SELECT * FROM {schema}.settle_v1(
         %(ids)b::bigint[], %(epochs)b::bigint[], %(from_states)b::text[], %(states)b::text[],
