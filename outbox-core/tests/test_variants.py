@@ -266,6 +266,13 @@ def test_each_row_is_judged_by_its_own_kinds_entry(
     assert row[0] is expected
 
 
+def test_the_claim_filter_has_one_entry_per_kind(db: OutboxTestDatabase) -> None:
+    # decodable_v1 reads the first entry of a kind; a kind named twice must not be sent twice.
+    chosen = db.outbox.registry.filter(["TEST_NOOP", "TEST_SCRIPTED", "TEST_NOOP"])
+    assert chosen.kinds == ["TEST_NOOP", "TEST_SCRIPTED"]
+    assert len(chosen.paths) == len(chosen.suffixes) == 2
+
+
 def test_the_claims_filter_is_inlined_not_called_per_row(plain_conn: psycopg.Connection) -> None:
     # A SQL function the planner cannot inline runs as its own executor call for every row the
     # claim looks at; written as one expression, it disappears into the plan.

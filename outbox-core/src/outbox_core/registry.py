@@ -130,8 +130,11 @@ class KindRegistry:
         return clone
 
     def filter(self, kinds: Collection[str] | None = None) -> KindFilter:
-        """The claim filter for the named kinds (all registered kinds when None)."""
-        chosen = [self.get(kind) for kind in sorted(kinds)] if kinds is not None else list(self)
+        """The claim filter for the named kinds (all registered kinds when None): one entry per
+        kind, as decodable_v1 expects (it reads the first entry of a kind)."""
+        chosen = (
+            [self.get(kind) for kind in sorted(set(kinds))] if kinds is not None else list(self)
+        )
         return KindFilter(
             kinds=[entry.kind for entry in chosen],
             paths=[entry.json_path for entry in chosen],
