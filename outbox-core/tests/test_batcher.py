@@ -4,11 +4,14 @@ items, a failed batch fails only its own items, and close() writes what is pendi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import pytest
 
 from outbox_core.executor.batcher import Batcher
+
+T = TypeVar("T")
 
 
 class Gate:
@@ -38,6 +41,11 @@ async def settle_a_moment() -> None:
         await asyncio.sleep(0)
 
 
+async def within(awaitable: Awaitable[T]) -> T:
+    """A broken batcher hangs its callers: fail instead."""
+    return await asyncio.wait_for(awaitable, 5)
+
+
 async def test_two_batches_are_written_at_once_and_the_rest_gathers_behind_them() -> None:
     gate = Gate()
     batcher: Batcher[int, int] = Batcher(gate.flush, parallel=2, name="test")
@@ -51,11 +59,11 @@ async def test_two_batches_are_written_at_once_and_the_rest_gathers_behind_them(
     assert gate.batches == [[1], [2]]
     assert batcher.outstanding == 5
     gate.release.set()
-    assert await asyncio.gather(*answers) == [10, 20, 30, 40, 50]
+    assert await within(asyncio.gather(*answers)) == [10, 20, 30, 40, 50]
     assert gate.batches == [[1], [2], [3, 4, 5]]
     assert gate.most_at_once == 2
     assert batcher.outstanding == 0
-    await batcher.close()
+    await within(batcher.close())
 
 
 async def test_one_at_a_time_unless_asked() -> None:
@@ -67,9 +75,9 @@ async def test_one_at_a_time_unless_asked() -> None:
     await settle_a_moment()
     assert gate.batches == [[1]]
     gate.release.set()
-    assert await asyncio.gather(first, *rest) == [10, 20, 30]
+    assert await within(asyncio.gather(first, *rest)) == [10, 20, 30]
     assert gate.batches == [[1], [2, 3]] and gate.most_at_once == 1
-    await batcher.close()
+    await within(batcher.close())
 
 
 async def test_a_failed_batch_fails_only_its_own_items() -> None:
@@ -78,11 +86,31 @@ async def test_a_failed_batch_fails_only_its_own_items() -> None:
     bad = asyncio.ensure_future(batcher.submit(13))
     await settle_a_moment()
     good = asyncio.ensure_future(batcher.submit(7))
+    await settle_a_moment()
+    assert gate.writing == 2  # both batches in flight when the first one fails
     gate.release.set()
     with pytest.raises(RuntimeError, match="batch with 13 failed"):
-        await bad
-    assert await good == 70
-    await batcher.close()
+        await within(bad)
+    assert await within(good) == 70
+    assert batcher.outstanding == 0
+    await within(batcher.close())
+
+
+async def test_a_cancelled_batcher_answers_every_item_in_flight() -> None:
+    gate = Gate()
+    batcher: Batcher[int, int] = Batcher(gate.flush, parallel=2, name="test")
+    seen: list[int | BaseException] = []
+    for n in (1, 2, 3):
+        batcher.post(n, seen.append)
+        await settle_a_moment()
+    assert gate.writing == 2 and batcher.outstanding == 3
+    assert batcher._task is not None
+    batcher._task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(batcher._task)
+    # The two writes in flight answer with the cancellation; the third item was never taken.
+    assert [type(answer) for answer in seen] == [asyncio.CancelledError] * 2
+    assert batcher.outstanding == 1
 
 
 async def test_close_writes_what_is_pending_and_refuses_more() -> None:
@@ -95,7 +123,7 @@ async def test_close_writes_what_is_pending_and_refuses_more() -> None:
     await settle_a_moment()
     assert not closing.done()
     gate.release.set()
-    await closing
+    await within(closing)
     assert sorted(seen) == [10, 20, 30, 40, 50]  # type: ignore[type-var]
     with pytest.raises(RuntimeError, match="test is closed"):
         batcher.post(6)

@@ -78,7 +78,9 @@ class ActionAdapter(abc.ABC):
 
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
         """Called in the transaction that ended an action of this kind, however it ended
-        (attempt, expiry, reaper). Move the domain row on here; never call a provider."""
+        (attempt, expiry, reaper). Move the domain row on here; never call a provider. Two
+        batches of endings may be written at once, so calls for different actions can overlap
+        in two transactions (as they can across replicas): lock the domain rows you change."""
 
     async def rescheduled(
         self, conn: AsyncConnection[Any], action: Action, result: Retry | Defer

@@ -30,7 +30,11 @@ class Batcher(Generic[Item, Answer]):
         self._flush = flush
         self._max = max_batch
         self._parallel = parallel
-        self._writing: set[asyncio.Task[None]] = set()
+        # Batches being written, by their writer task (parallel > 1); a batch is emptied once
+        # its items have their answers.
+        self._writing: dict[
+            asyncio.Task[None], list[tuple[Item, Callable[[Answer | BaseException], None] | None]]
+        ] = {}
         self._name = name
         self._pending: list[tuple[Item, Callable[[Answer | BaseException], None] | None]] = []
         self._wake = asyncio.Event()
@@ -94,6 +98,17 @@ class Batcher(Generic[Item, Answer]):
             await self._task
 
     async def _run(self) -> None:
+        try:
+            await self._gather_and_write()
+        finally:
+            # Cancelled (the loop is closing): the writes in flight go down with this task and
+            # answer their items with the cancellation.
+            for writer in list(self._writing):
+                writer.cancel()
+            if self._writing:
+                await asyncio.gather(*self._writing, return_exceptions=True)
+
+    async def _gather_and_write(self) -> None:
         while True:
             if not self._pending or len(self._writing) >= self._parallel:
                 if self._closed and not self._pending and not self._writing:
@@ -106,11 +121,13 @@ class Batcher(Generic[Item, Answer]):
                 await self._write(batch)
                 continue
             writer = asyncio.create_task(self._write(batch), name=f"{self._name}-write")
-            self._writing.add(writer)
+            self._writing[writer] = batch
             writer.add_done_callback(self._written)
 
     def _written(self, writer: asyncio.Task[None]) -> None:
-        self._writing.discard(writer)
+        batch = self._writing.pop(writer)
+        if batch:  # cancelled before it began: its items still get an answer
+            self._deliver(batch, [asyncio.CancelledError()] * len(batch))
         self._wake.set()
 
     async def _write(
@@ -132,7 +149,8 @@ class Batcher(Generic[Item, Answer]):
         batch: list[tuple[Item, Callable[[Answer | BaseException], None] | None]],
         answers: Sequence[Answer | BaseException],
     ) -> None:
-        for (_, done), answer in zip(batch, answers, strict=True):
+        delivered, batch[:] = list(batch), []
+        for (_, done), answer in zip(delivered, answers, strict=True):
             self._answered()
             if done is not None:
                 done(answer)

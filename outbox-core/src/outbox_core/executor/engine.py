@@ -66,7 +66,7 @@ class Executor:
         self.conninfo = conninfo
         self.settings = settings if settings is not None else outbox.settings
         registry = outbox.registry
-        self.kinds = sorted(kinds) if kinds is not None else registry.kinds
+        self.kinds = sorted(set(kinds)) if kinds is not None else registry.kinds
         self.entries: dict[str, RegisteredKind] = {kind: registry.get(kind) for kind in self.kinds}
         self.filter: KindFilter = registry.filter(self.kinds)
         self._adapters: dict[str, ActionAdapter] = dict(adapters or {})
@@ -74,12 +74,15 @@ class Executor:
         self.instruments = Instruments.shared(self.kinds)
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         # Two batches of endings (and of fences) may be written at once: the server works on
-        # one while this process reads the answer to the other and runs what it chained.
+        # one while this process reads the answer to the other and runs what it chained. Each
+        # write holds a pool connection, so a small pool keeps one at a time, leaving the
+        # claim loop and the adapters' lease transactions a connection.
+        parallel = 2 if self.settings.pool_size >= 4 else 1
         self._fencer: Batcher[tuple[int, int], bool] = Batcher(
-            self._flush_fences, parallel=2, name="outbox-fencer"
+            self._flush_fences, parallel=parallel, name="outbox-fencer"
         )
         self._ender: Batcher[Ending, bool] = Batcher(
-            self._flush_endings, parallel=2, name="outbox-ender"
+            self._flush_endings, parallel=parallel, name="outbox-ender"
         )
         self._running: set[asyncio.Task[None]] = set()
         self._held: dict[str, int] = {}
