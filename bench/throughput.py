@@ -197,7 +197,7 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                 outbox.enqueue_many(
                     conn,
                     [
-                        ActionRequest(kind, f"m-{i % args.lanes}", f"m-{i}", payload=payload)
+                        ActionRequest(kind, f"mlane{i % args.lanes}", f"m-{i}", payload=payload)
                         for i in range(start, stop)
                     ],
                 )
@@ -215,11 +215,12 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("NOTIFY bench_go")
             deadline = time.monotonic() + args.timeout
             # Whether a measured action still lives: one descent of the live-lane partial index
-            # (the measured lanes are the range ['m-', 'm.')). A count over the table here
-            # would itself cost the server a core's share with a million rows pending.
+            # (the measured lanes are the range ['mlane', 'mlanf') in any collation: letters
+            # and digits only). A count over the table here would itself cost the server a
+            # core's share with a million rows pending.
             live_query = (
                 "SELECT EXISTS (SELECT 1 FROM outbox.agent_action WHERE kind = %s "
-                "AND lane_key >= 'm-' AND lane_key < 'm.' AND state IN ('ADMITTED', 'EXECUTING'))"
+                "AND lane_key >= 'mlane' AND lane_key < 'mlanf' AND state IN ('ADMITTED', 'EXECUTING'))"
             )
             while conn.execute(live_query, (kind,)).fetchone()[0]:  # type: ignore[index]
                 if time.monotonic() > deadline:
@@ -227,11 +228,11 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     raise TimeoutError("the burn-down did not finish in time")
                 time.sleep(0.5)
             end_at = conn.execute(
-                "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'm-%%'",
+                "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'mlane%%'",
                 (kind,),
             ).fetchone()[0]  # type: ignore[index]
             done = conn.execute(
-                "SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND state = 'DONE' AND lane_key LIKE 'm-%%'",
+                "SELECT count(*) FROM outbox.agent_action WHERE kind = %s AND state = 'DONE' AND lane_key LIKE 'mlane%%'",
                 (kind,),
             ).fetchone()[0]  # type: ignore[index]
             statements = None
