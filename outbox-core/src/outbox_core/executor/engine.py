@@ -871,7 +871,7 @@ class Executor:
                     event(
                         "executor.maintenance.failed",
                         level=logging.WARNING,
-                        step=step.__name__,
+                        step=step.__name__.lstrip("_"),
                         error=str(exc),
                     )
             await asyncio.sleep(period * random.uniform(0.8, 1.2))
