@@ -14,6 +14,8 @@ from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
+# An item and what to call with its answer.
+Entry = tuple[Item, Callable[[Answer | BaseException], None] | None]
 
 
 class Batcher(Generic[Item, Answer]):
@@ -32,11 +34,9 @@ class Batcher(Generic[Item, Answer]):
         self._parallel = parallel
         # Batches being written, by their writer task (parallel > 1); a batch is emptied once
         # its items have their answers.
-        self._writing: dict[
-            asyncio.Task[None], list[tuple[Item, Callable[[Answer | BaseException], None] | None]]
-        ] = {}
+        self._writing: dict[asyncio.Task[None], list[Entry[Item, Answer]]] = {}
         self._name = name
-        self._pending: list[tuple[Item, Callable[[Answer | BaseException], None] | None]] = []
+        self._pending: list[Entry[Item, Answer]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._outstanding = 0
@@ -130,9 +130,7 @@ class Batcher(Generic[Item, Answer]):
             self._deliver(batch, [asyncio.CancelledError()] * len(batch))
         self._wake.set()
 
-    async def _write(
-        self, batch: list[tuple[Item, Callable[[Answer | BaseException], None] | None]]
-    ) -> None:
+    async def _write(self, batch: list[Entry[Item, Answer]]) -> None:
         try:
             answers: Sequence[Answer | BaseException] = await self._flush(
                 [item for item, _ in batch]
@@ -146,7 +144,7 @@ class Batcher(Generic[Item, Answer]):
 
     def _deliver(
         self,
-        batch: list[tuple[Item, Callable[[Answer | BaseException], None] | None]],
+        batch: list[Entry[Item, Answer]],
         answers: Sequence[Answer | BaseException],
     ) -> None:
         delivered, batch[:] = list(batch), []
