@@ -38,6 +38,7 @@ from harness import (
 
 from outbox_core import ActionRequest, KindRegistry, Outbox, OutboxSettings
 from outbox_core.executor import Executor
+from outbox_core.executor.collector import tune_collector
 
 KINDS = {
     "noop": "BENCH_NOOP",
@@ -109,6 +110,7 @@ async def worker(args: argparse.Namespace) -> None:
     settings = worker_settings(args)
     outbox = Outbox(schema="outbox", registry=bench_registry(), settings=settings)
     executor = Executor(outbox, args.url, settings=settings, kinds=[KINDS[args.kind]])
+    tune_collector()  # as `outbox run` does
     await executor.open()
     listener = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
     await listener.execute("LISTEN bench_go")

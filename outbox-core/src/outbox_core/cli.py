@@ -392,10 +392,13 @@ def run(
         serve_prometheus(metrics_port)
     with database(settings, data_dir) as url:
         from .executor import Executor
+        from .executor.collector import tune_collector
         from .outbox import Outbox
 
         outbox = Outbox.from_settings(settings)
-        asyncio.run(_run_executor(Executor(outbox, url, settings=settings, kinds=chosen)))
+        executor = Executor(outbox, url, settings=settings, kinds=chosen)
+        tune_collector()  # this process runs the executor and nothing else
+        asyncio.run(_run_executor(executor))
 
 
 async def _run_executor(executor: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import random
 import time
@@ -575,7 +576,7 @@ class Executor:
         chain = self._chaining and not self._stopping and self._chain_filter is not None
         chained_filter = self._chain_filter if chain and self._chain_filter else _NO_FILTER
         params = {
-            **_ending_params(endings),
+            "endings": _endings_json(endings),
             "chain": chain,
             "lease": self.settings.lease_seconds,
             "kinds": chained_filter.kinds,
@@ -590,17 +591,31 @@ class Executor:
                 async with conn.transaction():
                     cursor = await conn.execute(self.queries["settle"], params, prepare=True)
                     rows = await cursor.fetchall()
-                    actions = [Action.from_row(row[1:]) for row in rows if row[0] == "ended"]
+                    actions = [Action.from_row(row[1:21]) for row in rows if row[0] == "ended"]
                     await self._hooks(conn, actions, by_id)
             else:
                 cursor = await conn.execute(self.queries["settle"], params, prepare=True)
                 rows = await cursor.fetchall()
-        # An 'ended' row: op, id, kind, ..., state (8), attempt (9), ..., stop_reason (17).
-        ended = [row for row in rows if row[0] == "ended"]
-        for row in ended:
-            self._report_ending(row[1], row[2], ActionState(row[8]), row[9], row[17], by_id[row[1]])
-        chained = [_settled_as_claimed(row) for row in rows if row[0] in CLAIM_OPS]
-        missed = {row[4]: (row[12], row[19] == "cleared") for row in rows if row[0] == "skipped"}
+        # The attempt number of each action that changed, by id.
+        changed: dict[int, int] = {}
+        chained = []
+        missed: dict[str, tuple[datetime | None, bool]] = {}
+        lowered = False
+        for row in rows:
+            op = row[0]
+            if op == "ended":
+                if row[21] is not None:  # brief: every changed action in one row
+                    changed.update(zip(row[21], row[22], strict=True))
+                else:  # op, id, kind, ..., attempt (9), ...
+                    changed[row[1]] = row[9]
+            elif op in CLAIM_OPS:
+                chained.append(_settled_as_claimed(row))
+            elif op == "skipped":  # lane_key (4), at (12), cleared (19)
+                missed[row[4]] = (row[12], row[19] == "cleared")
+            elif op == "lowered":
+                lowered = True
+        for action_id, attempt in changed.items():
+            self._report_ending(attempt, by_id[action_id])
         if chained:
             self._dispatch(chained)
         if missed:
@@ -608,9 +623,8 @@ class Executor:
                 self._relower[key] = _earlier(self._relower.get(key), *wish)
             self._schedule_relower()
         # The claim loop has something new to look at only where a freed lane was not chained.
-        if any(row[0] == "lowered" for row in rows):
+        if lowered:
             self._wake.set()
-        changed = {row[1] for row in ended}
         return [ending.action_id in changed for ending in endings]
 
     def _has_hooks(self, kind: str) -> bool:
@@ -687,33 +701,29 @@ class Executor:
                 self._wake.set()
             delay = min(delay * 2, 1.0)
 
-    def _report_ending(
-        self,
-        action_id: int,
-        kind: str,
-        state: ActionState,
-        attempt: int,
-        stop_reason: str | None,
-        ending: Ending,
-    ) -> None:
+    def _report_ending(self, attempt: int, ending: Ending) -> None:
+        """Metrics and the log event of an ending that was written (the action's state, kind
+        and stop reason are the ending's: settle wrote them)."""
+        state = ending.state
         if state.ended:
+            stop_reason = str(ending.stop_reason) if ending.stop_reason is not None else ""
             self.instruments.ended.add(
-                1, {"kind": kind, "state": str(state), "stop_reason": stop_reason or ""}
+                1, {"kind": ending.kind, "state": str(state), "stop_reason": stop_reason}
             )
             level = logging.WARNING if state is ActionState.UNCERTAIN else logging.INFO
             action_event(
                 _END_EVENT[state],
-                action_id,
-                kind,
+                ending.action_id,
+                ending.kind,
                 level=level,
-                stop_reason=stop_reason,
+                stop_reason=stop_reason or None,
                 attempt=attempt,
             )
         else:
             action_event(
                 f"action.{ending.result.lower()}",
-                action_id,
-                kind,
+                ending.action_id,
+                ending.kind,
                 level=logging.DEBUG,
                 state=str(state),
                 attempt=attempt,
@@ -914,17 +924,22 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedAction:
     )
 
 
-def _ending_params(endings: Sequence[Ending]) -> dict[str, list[Any]]:
-    return {
-        "ids": [e.action_id for e in endings],
-        "epochs": [e.epoch for e in endings],
-        "from_states": [str(e.from_state) for e in endings],
-        "states": [str(e.state) for e in endings],
-        "stop_reasons": [e.stop_reason for e in endings],
-        "readback_refs": [e.readback_ref for e in endings],
-        "delays": [e.delay.total_seconds() if e.delay is not None else 0.0 for e in endings],
-        "fences": [e.fence for e in endings],
-        "prior_writes": [e.prior_write for e in endings],
-        "uncounts": [e.uncount for e in endings],
-        "results": [e.result for e in endings],
-    }
+def _endings_json(endings: Sequence[Ending]) -> str:
+    """A batch of endings as the settle query takes it: one JSON object of aligned arrays."""
+    return json.dumps(
+        {
+            "ids": [e.action_id for e in endings],
+            "epochs": [e.epoch for e in endings],
+            "from_states": [e.from_state.value for e in endings],
+            "states": [e.state.value for e in endings],
+            "stop_reasons": [e.stop_reason for e in endings],
+            "readback_refs": [e.readback_ref for e in endings],
+            "delays": [e.delay.total_seconds() if e.delay is not None else 0.0 for e in endings],
+            "fences": [e.fence for e in endings],
+            "prior_writes": [
+                e.prior_write.isoformat() if e.prior_write is not None else None for e in endings
+            ],
+            "uncounts": [e.uncount for e in endings],
+            "results": [e.result for e in endings],
+        }
+    )
