@@ -268,3 +268,133 @@ def test_a_new_action_is_proposed_or_admitted(
         (f"new-{state}", str(state)),
         "is PROPOSED or ADMITTED",
     )
+
+
+# -- the guard's fast path (migration 0006) ---------------------------------------------------
+
+GUARD = "guard_agent_action"
+
+
+def starting_rows(conn: psycopg.Connection, db: OutboxTestDatabase) -> dict[str, int]:
+    """Actions in the states an update can start from, including the at-most-once cases."""
+    table = table_of(db)
+    rows = {
+        "admitted": put_in_state(conn, db, ActionState.ADMITTED, "fast-admitted"),
+        "executing": put_in_state(conn, db, ActionState.EXECUTING, "fast-executing"),
+        "expired": put_in_state(conn, db, ActionState.EXECUTING, "fast-expired"),
+    }
+    conn.execute(
+        f"UPDATE {table} SET lease_until = now() - interval '1 s' WHERE id = %s",
+        (rows["expired"],),
+    )
+    for name, state in (("once_admitted", "ADMITTED"), ("once_executing", "EXECUTING")):
+        action_id = db.outbox.enqueue(conn, ActionRequest("TEST_ONCE", f"lane-{name}", name)).id
+        conn.execute(
+            f"UPDATE {table} SET state = 'EXECUTING', epoch = 1, attempt = 1, "
+            "lease_until = now() - interval '1 s', write_started_at = now() WHERE id = %s",
+            (action_id,),
+        )
+        if state == "ADMITTED":
+            conn.execute(
+                f"UPDATE {table} SET state = 'ADMITTED', lease_until = NULL WHERE id = %s",
+                (action_id,),
+            )
+        rows[name] = action_id
+    return rows
+
+
+def updates() -> list[str]:
+    """A grid of updates around the two shapes the fast path takes (a claim, an ending)."""
+    found = []
+    for state, epoch, attempt, stop, payload, ended, lane in itertools.product(
+        ActionState, (0, 1, 2), (0, 1), (False, True), (False, True), (False, True), (False, True)
+    ):
+        if lane and (stop or payload):  # the identity columns: enough with fewer neighbours
+            continue
+        change = [
+            f"state = '{state}'",
+            f"epoch = epoch + {epoch}",
+            f"attempt = attempt + {attempt}",
+        ]
+        change += ["stop_reason = 'X'"] if stop else []
+        change += ["payload = NULL"] if payload else []
+        change += ["ended_at = now()"] if ended else []
+        change += ["lane_key = lane_key || '-moved'"] if lane else []
+        found.append(", ".join(change))
+    return found
+
+
+def verdicts(
+    conn: psycopg.Connection, table: str, rows: Mapping[str, int]
+) -> dict[tuple[str, str], tuple[object, ...] | str]:
+    """What each update does to each starting row: the row it leaves, or the error's message.
+    Every update is rolled back."""
+    found: dict[tuple[str, str], tuple[object, ...] | str] = {}
+    for name, action_id in rows.items():
+        for change in updates():
+            try:
+                with conn.transaction(force_rollback=True):
+                    found[(name, change)] = (
+                        conn.execute(
+                            f"UPDATE {table} SET {change} WHERE id = %s RETURNING state, epoch, "
+                            "attempt, stop_reason, payload, ended_at IS NOT NULL, lane_key",
+                            (action_id,),
+                        ).fetchone()
+                        or ()
+                    )
+            except psycopg.errors.CheckViolation as exc:
+                found[(name, change)] = str(exc).split(":", 1)[-1]
+    return found
+
+
+def test_the_fast_path_lets_through_exactly_what_the_guard_function_does(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
+    table = table_of(db)
+    rows = starting_rows(conn, db)
+    with_when = verdicts(conn, table, rows)
+    # The same grid against the function alone: the trigger recreated without its WHEN clause.
+    with conn.transaction(force_rollback=True):
+        conn.execute(f"DROP TRIGGER {GUARD} ON {table}")
+        conn.execute(
+            f"CREATE TRIGGER {GUARD} BEFORE UPDATE ON {table} FOR EACH ROW "
+            f'EXECUTE FUNCTION "{db.schema}".{GUARD}()'
+        )
+        function_only = verdicts(conn, table, rows)
+    assert with_when == function_only
+    allowed = [key for key, verdict in with_when.items() if not isinstance(verdict, str)]
+    refused = [key for key, verdict in with_when.items() if isinstance(verdict, str)]
+    assert len(allowed) > 20 and len(refused) > 1000  # the grid reaches both sides
+
+
+def guard_calls(conn: psycopg.Connection, schema: str) -> int:
+    return conn.execute(
+        "SELECT coalesce(pg_stat_get_xact_function_calls(p.oid), 0) FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = %s",
+        (schema, GUARD),
+    ).fetchone()[0]  # type: ignore[index]
+
+
+def test_a_claim_and_an_ending_skip_the_guard_function_and_other_updates_call_it(
+    db: OutboxTestDatabase, conn: psycopg.Connection
+) -> None:
+    table = table_of(db)
+    action_id = put_in_state(conn, db, ActionState.ADMITTED, "fast-calls")
+    with conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'pl'")
+        conn.execute(
+            f"UPDATE {table} SET state = 'EXECUTING', epoch = epoch + 1, attempt = attempt + 1, "
+            "lease_until = now() + interval '1 min' WHERE id = %s",
+            (action_id,),
+        )
+        assert guard_calls(conn, db.schema) == 0
+        conn.execute(  # a reread: still executing, not a fast path
+            f"UPDATE {table} SET lease_until = now() + interval '2 min' WHERE id = %s",
+            (action_id,),
+        )
+        assert guard_calls(conn, db.schema) == 1
+        conn.execute(
+            f"UPDATE {table} SET state = 'DONE', {ENDED_SET}, ended_at = now() WHERE id = %s",
+            (action_id,),
+        )
+        assert guard_calls(conn, db.schema) == 1
