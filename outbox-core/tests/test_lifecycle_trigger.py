@@ -375,11 +375,12 @@ def guard_calls(conn: psycopg.Connection, schema: str) -> int:
     ).fetchone()[0]  # type: ignore[index]
 
 
-def test_a_claim_and_an_ending_skip_the_guard_function_and_other_updates_call_it(
+def test_claims_fences_and_endings_skip_the_guard_function_and_other_updates_call_it(
     db: OutboxTestDatabase, conn: psycopg.Connection
 ) -> None:
     table = table_of(db)
     action_id = put_in_state(conn, db, ActionState.ADMITTED, "fast-calls")
+    expiring = put_in_state(conn, db, ActionState.ADMITTED, "slow-calls")
     with conn.transaction():
         conn.execute("SET LOCAL track_functions = 'pl'")
         conn.execute(
@@ -387,14 +388,16 @@ def test_a_claim_and_an_ending_skip_the_guard_function_and_other_updates_call_it
             "lease_until = now() + interval '1 min' WHERE id = %s",
             (action_id,),
         )
-        assert guard_calls(conn, db.schema) == 0
-        conn.execute(  # a reread: still executing, not a fast path
-            f"UPDATE {table} SET lease_until = now() + interval '2 min' WHERE id = %s",
+        conn.execute(
+            f"UPDATE {table} SET write_started_at = now() WHERE id = %s AND state = 'EXECUTING'",
             (action_id,),
         )
-        assert guard_calls(conn, db.schema) == 1
         conn.execute(
             f"UPDATE {table} SET state = 'DONE', {ENDED_SET}, ended_at = now() WHERE id = %s",
             (action_id,),
+        )
+        assert guard_calls(conn, db.schema) == 0
+        conn.execute(  # an expiry: not a fast path
+            f"UPDATE {table} SET state = 'CANCELLED', {ENDED_SET} WHERE id = %s", (expiring,)
         )
         assert guard_calls(conn, db.schema) == 1

@@ -1,7 +1,7 @@
 -- The core line, version 6: the three statements that every action passes through, made
 -- cheaper, with the same contracts (a replica of an older build calls the same functions).
---   * The guard trigger skips its PL/pgSQL function for a well-formed claim of an admitted
---     action and a complete ending of an executing one, decided by a WHEN clause that
+--   * The guard trigger skips its PL/pgSQL function for a well-formed claim, a complete ending,
+--     a fence, a reread and a retry, decided by a WHEN clause that
 --     PostgreSQL evaluates without calling a function. Every other update still runs the whole
 --     function, which stays the one statement of the lifecycle (0001). The function cost about
 --     5 us per update, and every action is updated twice.
@@ -13,10 +13,16 @@
 DROP TRIGGER guard_agent_action ON {schema}.agent_action;
 
 -- The WHEN clause holds only for updates that the function would let through unchanged: the
--- identity columns kept, and either a claim of an admitted action (epoch and attempt up by
--- one; an at-most-once action only before its write started) or an ending of an executing
--- action at its epoch, with a stop reason, no payload and ended_at set. Every column it reads
--- is NOT NULL, or tested with IS; coalesce keeps a NULL from ever skipping the function.
+-- identity columns kept, and one of
+--   * a claim of an admitted action (epoch and attempt up by one; an at-most-once action only
+--     before its write started);
+--   * an ending of an executing action at its epoch, with a stop reason, no payload and
+--     ended_at set;
+--   * an update at the same epoch that keeps a live action's state (a fence, a reread, an
+--     enqueue's lowering of due_at) or returns an executing action to ADMITTED (a retry, a
+--     deferral).
+-- Every column it reads is NOT NULL, or tested with IS; coalesce keeps a NULL from ever
+-- skipping the function.
 CREATE TRIGGER guard_agent_action
     BEFORE UPDATE ON {schema}.agent_action
     FOR EACH ROW
@@ -28,7 +34,10 @@ CREATE TRIGGER guard_agent_action
               AND NOT (OLD.at_most_once AND OLD.write_started_at IS NOT NULL))
           OR (OLD.state = 'EXECUTING' AND NEW.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
               AND NEW.epoch = OLD.epoch AND NEW.stop_reason IS NOT NULL
-              AND NEW.payload IS NULL AND NEW.ended_at IS NOT NULL)),
+              AND NEW.payload IS NULL AND NEW.ended_at IS NOT NULL)
+          OR (NEW.epoch = OLD.epoch
+              AND ((NEW.state = OLD.state AND OLD.state IN ('ADMITTED', 'EXECUTING'))
+                   OR (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED')))),
         false))
     EXECUTE FUNCTION {schema}.guard_agent_action();
 
