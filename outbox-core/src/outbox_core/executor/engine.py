@@ -34,6 +34,7 @@ from ..results import AdapterResult, Defer, Retry, StopReason
 from ..settings import OutboxSettings
 from ..states import ActionState
 from .batcher import Batcher
+from .jsonb import use_fast_loads
 from .outcomes import AttemptFacts, Ending, decide
 
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
@@ -122,6 +123,7 @@ class Executor:
                 min_size=self.settings.pool_size,
                 max_size=self.settings.pool_size,
                 kwargs={"autocommit": True},
+                configure=use_fast_loads,
                 open=False,
                 name="outbox-executor",
             )
