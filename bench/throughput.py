@@ -108,6 +108,12 @@ async def worker(args: argparse.Namespace) -> None:
     import signal
 
     settings = worker_settings(args)
+    if args.otel_sdk:
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
     outbox = Outbox(schema="outbox", registry=bench_registry(), settings=settings)
     executor = Executor(outbox, args.url, settings=settings, kinds=[KINDS[args.kind]])
     tune_collector()  # as `outbox run` does
@@ -154,6 +160,8 @@ def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subproc
     ]
     if args.profile:
         command += ["--profile", args.profile]
+    if args.otel_sdk:
+        command.append("--otel-sdk")
     procs = [
         subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ})
         for _ in range(args.processes)
@@ -327,6 +335,11 @@ def main() -> None:
     parser.add_argument("--profile", default=None, help="cProfile each worker into PATH.<pid>")
     parser.add_argument(
         "--statements", action="store_true", help="report pg_stat_statements (needs the extension)"
+    )
+    parser.add_argument(
+        "--otel-sdk",
+        action="store_true",
+        help="configure an OpenTelemetry SDK in each worker (needs opentelemetry-sdk)",
     )
     parser.add_argument("--url", default=None)
     args = parser.parse_args()

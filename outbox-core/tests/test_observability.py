@@ -11,6 +11,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Failed
+from outbox_core.observability import Tally
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import ScriptedAdapter
@@ -126,3 +127,18 @@ async def test_a_lane_is_blocked_only_while_its_head_waits_with_an_action_behind
         assert counted.lanes_blocked == {"TEST_NOOP": 2}
     blocked = {a["kind"]: v for a, v in points("action.lanes.blocked")}
     assert blocked["TEST_NOOP"] == 2
+
+
+def test_a_tally_adds_each_series_once_when_flushed() -> None:
+    counter = metrics.get_meter("outbox-tally-test").create_counter("tally.test")
+    tally = Tally()
+    before = totals("tally.test")
+    for _ in range(3):
+        tally.add(counter, ("kind", "A"), ("state", "DONE"))
+    tally.add(counter, ("kind", "B"), ("state", "DONE"))
+    assert delta(before, totals("tally.test")) == {}
+    tally.flush()
+    expected = {(("kind", "A"), ("state", "DONE")): 3, (("kind", "B"), ("state", "DONE")): 1}
+    assert delta(before, totals("tally.test")) == expected
+    tally.flush()  # nothing gathered since: nothing added
+    assert delta(before, totals("tally.test")) == expected

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Counter, Observation
 
 logger = logging.getLogger("outbox")
 
@@ -48,6 +48,29 @@ def action_event(
         logger.log(
             level, "%s action.id=%s action.kind=%s%s", name, action_id, kind, details, extra=extra
         )
+
+
+class Tally:
+    """Counter increments gathered in memory and added once per series when flushed.
+
+    With an OpenTelemetry SDK configured, one ``add`` costs about 6 us here (the attribute set,
+    the series lookup, a lock), and the executor counts three things per action: added one by
+    one, metrics took more of its CPU than anything else. A batch of 500 endings now adds each
+    series once. The executor flushes after every batch it claims or writes, in its
+    maintenance loop and when it settles or closes, so a reader sees counts at most one batch
+    late."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[Counter, tuple[tuple[str, str], ...]], int] = {}
+
+    def add(self, counter: Counter, *attributes: tuple[str, str]) -> None:
+        key = (counter, attributes)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def flush(self) -> None:
+        counts, self._counts = self._counts, {}
+        for (counter, attributes), amount in counts.items():
+            counter.add(amount, dict(attributes))
 
 
 @dataclass

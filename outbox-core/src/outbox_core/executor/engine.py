@@ -27,7 +27,7 @@ from ..action import Action
 from ..adapter import ActionAdapter, egress_reset, egress_token
 from ..attempt import ActionAttempt, ClaimedAction, LeaseLost
 from ..errors import InvalidRequest
-from ..observability import BacklogSnapshot, Instruments, action_event, event
+from ..observability import BacklogSnapshot, Instruments, Tally, action_event, event
 from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
 from ..results import AdapterResult, Defer, Retry, StopReason
@@ -74,6 +74,7 @@ class Executor:
         self._adapters: dict[str, ActionAdapter] = dict(adapters or {})
         self.queries = outbox.queries
         self.instruments = Instruments.shared(self.kinds)
+        self._tally = Tally()
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         # Two batches of endings (and of fences) may be written at once: the server works on
         # one while this process reads the answer to the other and runs what it chained. Each
@@ -136,6 +137,7 @@ class Executor:
     async def close(self) -> None:
         await self._ender.close()
         await self._fencer.close()
+        self._tally.flush()
         for kind, adapter in self._adapters.items():
             try:
                 await adapter.aclose()
@@ -252,6 +254,7 @@ class Executor:
                     rows, visited = await self._claim(group_limit, kinds)
                     self._dispatch(rows)
                     more = more or visited >= group_limit
+                self._tally.flush()
             except psycopg.OperationalError as exc:
                 event("executor.claim.failed", level=logging.WARNING, error=str(exc))
                 await asyncio.sleep(1.0 + random.random())
@@ -308,7 +311,7 @@ class Executor:
             op = row[0]
             claimed = _claimed(row)
             if op in ATTEMPT_OPS:
-                self.instruments.claimed.add(1, {"kind": claimed.kind, "op": op})
+                self._tally.add(self.instruments.claimed, ("kind", claimed.kind), ("op", op))
                 action_event(
                     "action.claimed",
                     claimed.id,
@@ -415,9 +418,9 @@ class Executor:
         result_name = ending.result if ending is not None else "Abandoned"
         if isinstance(result, BaseException):
             result_name = f"{result_name} (raised)"
-        self.instruments.attempts.add(1, {"kind": claimed.kind, "result": result_name})
+        self._tally.add(self.instruments.attempts, ("kind", claimed.kind), ("result", result_name))
         if ending is None:
-            self.instruments.fence_refused.add(1, {"kind": claimed.kind})
+            self._tally.add(self.instruments.fence_refused, ("kind", claimed.kind))
             action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
             return
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
@@ -627,6 +630,7 @@ class Executor:
         # The claim loop has something new to look at only where a freed lane was not chained.
         if lowered:
             self._wake.set()
+        self._tally.flush()
         return [ending.action_id in changed for ending in endings]
 
     def _has_hooks(self, kind: str) -> bool:
@@ -709,8 +713,11 @@ class Executor:
         state = ending.state
         if state.ended:
             stop_reason = str(ending.stop_reason) if ending.stop_reason is not None else ""
-            self.instruments.ended.add(
-                1, {"kind": ending.kind, "state": str(state), "stop_reason": stop_reason}
+            self._tally.add(
+                self.instruments.ended,
+                ("kind", ending.kind),
+                ("state", state.value),
+                ("stop_reason", stop_reason),
             )
             level = logging.WARNING if state is ActionState.UNCERTAIN else logging.INFO
             action_event(
@@ -789,6 +796,7 @@ class Executor:
             await self._ender.idle()
         if self._relower_task is not None:
             await self._relower_task
+        self._tally.flush()
         return finished
 
     async def sweep_expired(self) -> int:
@@ -886,6 +894,7 @@ class Executor:
                         step=step.__name__.lstrip("_"),
                         error=str(exc),
                     )
+            self._tally.flush()
             await asyncio.sleep(period * random.uniform(0.8, 1.2))
 
 

@@ -1,10 +1,10 @@
 -- The core line, version 6: the three statements that every action passes through, made
 -- cheaper, with the same contracts (a replica of an older build calls the same functions).
 --   * The guard trigger skips its PL/pgSQL function for a well-formed claim, a complete ending,
---     a fence, a reread and a retry, decided by a WHEN clause that
---     PostgreSQL evaluates without calling a function. Every other update still runs the whole
---     function, which stays the one statement of the lifecycle (0001). The function cost about
---     5 us per update, and every action is updated twice.
+--     a fence, a reread and a retry, decided by a WHEN clause that PostgreSQL evaluates without
+--     calling a function. Every other update still runs the whole function, which stays the
+--     one statement of the lifecycle (0001). The function cost about 5 us per update, and every
+--     action is updated at least twice.
 --   * settle_v1 sets ended_at itself (the function did), so that its endings take that path.
 --   * claim_locked_v1 leaves a lane row alone when it already says what it must.
 -- The two functions are restated in full, because applied migrations never change; only the
