@@ -51,10 +51,6 @@ class Ending(NamedTuple):
     event: str | None = None
     prior_write: datetime | None = None
 
-    @property
-    def ends(self) -> bool:
-        return self.state.ended
-
 
 class AttemptFacts(NamedTuple):
     """What decide() needs to know about the attempt."""

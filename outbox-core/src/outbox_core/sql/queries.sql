@@ -160,7 +160,8 @@ SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_accou
 SELECT kind, at_most_once, instance_level, line FROM {schema}.action_kind ORDER BY kind
 
 -- name: claim
--- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads.
+-- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads (the
+-- second half, claim_locked_v1, last replaced by 0006).
 SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
        state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
   FROM {schema}.claim_v1(%(limit)s, make_interval(secs => %(lease)s),
@@ -191,7 +192,7 @@ SELECT 1 FROM {schema}.agent_action
    FOR SHARE
 
 -- name: settle
--- See settle_v1 in migrations/core/0003_settle.sql (last replaced by 0005): a batch of
+-- See settle_v1 in migrations/core/0003_settle.sql (last replaced by 0006): a batch of
 -- endings, the lanes they free lowered or their next heads claimed, in one round trip.
 -- The batch arrives as one JSON object of aligned arrays: json.dumps builds it in C, where
 -- psycopg dumped eleven arrays element by element in Python (3.7 us an ending against 1.3).
