@@ -81,6 +81,20 @@ def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
 
 def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending | None:
     """The write for this result; None for Abandoned (another holder owns the action)."""
+    if type(result) is Done:
+        # Most attempts end here: the same write as the Done case below, without the partial
+        # and the pattern matching (0.8 against 2.1 us).
+        return Ending(
+            facts.action_id,
+            facts.kind,
+            facts.lane_key,
+            facts.epoch,
+            ActionState.EXECUTING,
+            ActionState.DONE,
+            "Done",
+            StopReason.COMPLETED,
+            result.readback_ref,
+        )
     if isinstance(result, BaseException):
         result = exception_result(facts)
     ending = functools.partial(
