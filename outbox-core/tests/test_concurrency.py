@@ -876,6 +876,45 @@ async def test_attempts_queued_behind_a_kinds_concurrency_limit_keep_their_attem
     assert got == {i: ("DONE", "COMPLETED") for i in ids}
 
 
+async def test_a_kinds_concurrency_limit_bounds_the_attempts_running_at_once(
+    db: OutboxTestDatabase,
+) -> None:
+    running_now = 0
+    peak = 0
+
+    async def script(attempt: ActionAttempt) -> AdapterResult:
+        nonlocal running_now, peak
+        running_now += 1
+        peak = max(peak, running_now)
+        try:
+            await asyncio.sleep(0.2)  # the provider call
+        finally:
+            running_now -= 1
+        return Done()
+
+    ScriptedAdapter.script = script
+    executor = executor_for(
+        db, kind_concurrency={"TEST_SCRIPTED": 2}, poll_seconds=0.1, shutdown_seconds=5
+    )
+    async with running(executor):
+        await listening(db, 1)
+        with db.connect() as conn:
+            db.outbox.enqueue_many(
+                conn,
+                [ActionRequest("TEST_SCRIPTED", f"cap-{i}", f"cap-{i}") for i in range(10)],
+            )
+            conn.commit()
+        await await_for(
+            lambda: ascalar(
+                db, "SELECT count(*) = 10 FROM {schema}.agent_action WHERE state = 'DONE'"
+            ),
+            20,
+            "every action to end",
+        )
+    # Ten lanes could all run at once; the kind's limit lets two.
+    assert peak == 2
+
+
 @pytest.mark.slow
 async def test_an_ending_survives_a_dropped_database_connection(
     db: OutboxTestDatabase, caplog: pytest.LogCaptureFixture
