@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -174,3 +175,58 @@ async def test_begin_write_inside_the_lease_transaction_is_refused_clearly(
     enqueue(db)
     await db.adrain()
     assert messages and "would wait on its own row lock" in messages[0]
+
+
+def test_most_fences_after_a_claim_are_hot_updates(db: OutboxTestDatabase) -> None:
+    """Migration 0007 keeps room on the action table's pages, so that a fence (which changes
+    no indexed column) can be a HOT update beside the claim's row version, writing no index
+    entry. At the default fillfactor the claim had just filled the page, and nearly every
+    fence wrote a new entry in every index of the table. Here, 300 actions claimed in one
+    statement and fenced in another: about 200 fences are HOT at fillfactor 70 (all those
+    whose claim kept the row on its page; fewer of those whose claim moved it), against about
+    25 at 100."""
+    count = 300
+    schema = f'"{db.schema}"'
+    with db.connect() as conn:
+        db.outbox.enqueue_many(
+            conn,
+            [ActionRequest("TEST_SCRIPTED", f"hot-{n}", f"hot-{n}") for n in range(count)],
+        )
+        conn.commit()
+        claimed = conn.execute(
+            f"SELECT id, epoch FROM {schema}.claim_v1(%s, interval '5 minutes', "
+            "ARRAY['TEST_SCRIPTED'], ARRAY[NULL]::jsonpath[], ARRAY[NULL]::text[]) "
+            "WHERE op = 'claim'",
+            (count,),
+        ).fetchall()
+        conn.commit()
+    assert len(claimed) == count
+    with db.connect(autocommit=True) as conn:
+        fenced = conn.execute(
+            db.outbox.queries["begin_write"],
+            {
+                "ids": [action_id for action_id, _ in claimed],
+                "epochs": [epoch for _, epoch in claimed],
+                "margin": 60.0,
+            },
+            prepare=False,
+        ).fetchall()
+    assert len(fenced) == count
+    # A backend reports its table counts when it exits: both connections above are closed.
+    deadline = time.monotonic() + 20
+    with db.connect(autocommit=True) as conn:
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                "WHERE schemaname = %s AND relname = 'agent_action'",
+                (db.schema,),
+            ).fetchone()
+            assert row is not None
+            if row[0] >= 2 * count or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    updated, hot = row
+    assert updated == 2 * count, "a claim and a fence per action"
+    # The claims change the state, so they are never HOT.
+    assert hot >= count / 2, f"only {hot} of {count} fences were HOT updates"
