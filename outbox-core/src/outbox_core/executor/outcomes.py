@@ -81,9 +81,9 @@ def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
 
 def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending | None:
     """The write for this result; None for Abandoned (another holder owns the action)."""
-    if type(result) is Done:
-        # Most attempts end here: the same write as the Done case below, without the partial
-        # and the pattern matching (0.8 against 2.1 us).
+    if isinstance(result, Done):
+        # First and without the partial or the pattern matching below: most attempts end
+        # here (0.8 against 2.1 us).
         return Ending(
             facts.action_id,
             facts.kind,
@@ -101,10 +101,6 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
         Ending, facts.action_id, facts.kind, facts.lane_key, facts.epoch, ActionState.EXECUTING
     )
     match result:
-        case Done(readback_ref=ref):
-            return ending(
-                ActionState.DONE, "Done", stop_reason=StopReason.COMPLETED, readback_ref=ref
-            )
         case Retry(after=after):
             if facts.is_last:
                 return ending(
