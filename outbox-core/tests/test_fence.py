@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from outbox_core.attempt import LeaseLost
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import ScriptedAdapter
+from .test_concurrency import wait_for
 
 
 def enqueue(
@@ -212,21 +212,17 @@ def test_most_fences_after_a_claim_are_hot_updates(db: OutboxTestDatabase) -> No
             prepare=False,
         ).fetchall()
     assert len(fenced) == count
+
     # A backend reports its table counts when it exits: both connections above are closed.
-    deadline = time.monotonic() + 20
-    with db.connect(autocommit=True) as conn:
-        while True:
-            conn.execute("SELECT pg_stat_clear_snapshot()")
-            row = conn.execute(
-                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-                "WHERE schemaname = %s AND relname = 'agent_action'",
-                (db.schema,),
-            ).fetchone()
-            assert row is not None
-            if row[0] >= 2 * count or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-    updated, hot = row
+    def counted() -> tuple[int, int] | None:
+        row = db.rows(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE schemaname = %s AND relname = 'agent_action'",
+            (db.schema,),
+        )[0]
+        return (int(row[0]), int(row[1])) if row[0] >= 2 * count else None
+
+    updated, hot = wait_for(counted, 20, "the claims' and fences' update counts")
     assert updated == 2 * count, "a claim and a fence per action"
     # The claims change the state, so they are never HOT.
     assert hot >= count / 2, f"only {hot} of {count} fences were HOT updates"
