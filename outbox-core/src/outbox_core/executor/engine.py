@@ -370,7 +370,7 @@ class Executor:
             await self._ender.submit(deferral)
             return
         attempt = ActionAttempt(claimed, self, body)
-        slots = self._slots_for(claimed.kind, adapter)
+        slots = self._slots_for(claimed.kind)
         if slots is not None:
             await slots.acquire()
         started = time.perf_counter()
@@ -469,13 +469,13 @@ class Executor:
             claimed.write_started_at,
         )
 
-    def _slots_for(self, kind: str, adapter: ActionAdapter) -> asyncio.Semaphore | None:
+    def _slots_for(self, kind: str) -> asyncio.Semaphore | None:
         """The kind's slots, or None without a kind limit: the claim's size already bounds
         what runs at once."""
         try:
             return self._kind_slots[kind]
         except KeyError:
-            limit = self.settings.kind_concurrency.get(kind) or adapter.max_concurrency
+            limit = self._kind_limit(kind)
             slots = asyncio.Semaphore(limit) if limit else None
             self._kind_slots[kind] = slots
             return slots
