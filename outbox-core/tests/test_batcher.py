@@ -10,6 +10,7 @@ from typing import TypeVar
 import pytest
 
 from outbox_core.executor.batcher import Batcher
+from outbox_core.settings import OutboxSettings
 
 T = TypeVar("T")
 
@@ -132,3 +133,14 @@ async def test_close_writes_what_is_pending_and_refuses_more() -> None:
 def test_parallel_must_be_at_least_one() -> None:
     with pytest.raises(ValueError, match="test: parallel must be at least 1, not 0"):
         Batcher(Gate().flush, parallel=0, name="test")
+
+
+@pytest.mark.parametrize(
+    ("pool_size", "in_flight"), [(2, 1), (3, 1), (4, 2), (5, 3), (6, 3), (20, 3)]
+)
+def test_an_executor_writes_as_many_batches_at_once_as_its_pool_leaves_room_for(
+    pool_size: int, in_flight: int
+) -> None:
+    # Two connections stay with the claim loop, the maintenance and the lease transactions;
+    # more than three batches at once would cut them smaller than they pay for.
+    assert OutboxSettings(pool_size=pool_size).batches_in_flight == in_flight

@@ -75,11 +75,7 @@ class Executor:
         self.instruments = Instruments.shared(self.kinds)
         self._tally = Tally()
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        # Two batches of endings (and of fences) may be written at once: the server works on
-        # one while this process reads the answer to the other and runs what it chained. Each
-        # write holds a pool connection, so a small pool keeps one at a time, leaving the
-        # claim loop and the adapters' lease transactions a connection.
-        parallel = 2 if self.settings.pool_size >= 4 else 1
+        parallel = self.settings.batches_in_flight
         self._fencer: Batcher[tuple[int, int], bool] = Batcher(
             self._flush_fences, parallel=parallel, name="outbox-fencer"
         )
