@@ -83,6 +83,7 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
         str(sizes.bulk),
     ]
     lanes = str(max(1, sizes.burn // 10))
+    burn_cmd = [*throughput, "burn", "--actions", str(sizes.burn), "--lanes", lanes]
     out = [
         Case(
             "enqueue_single",
@@ -95,8 +96,20 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
         Case(
             "burn",
             "outbox",
-            [*throughput, "burn", "--actions", str(sizes.burn), "--lanes", lanes],
+            burn_cmd,
             note=f"{lanes} lanes, 1 process",
+        ),
+        Case(
+            "burn_c1000_pool4",
+            "outbox",
+            [
+                *burn_cmd,
+                "--concurrency",
+                "1000",
+                "--pool-size",
+                "4",
+            ],
+            note="the settings of earlier tables: concurrency 1,000, pool 4 (two batches in flight)",
         ),
         Case(
             "latency",
@@ -115,12 +128,7 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
             "burn_pending",
             "outbox",
             [
-                *throughput,
-                "burn",
-                "--actions",
-                str(sizes.burn),
-                "--lanes",
-                lanes,
+                *burn_cmd,
                 "--pending",
                 "claimable",
                 "--pending-count",
@@ -133,12 +141,7 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
                 f"burn_pending_{shape}",
                 "outbox",
                 [
-                    *throughput,
-                    "burn",
-                    "--actions",
-                    str(sizes.burn),
-                    "--lanes",
-                    lanes,
+                    *burn_cmd,
                     "--pending",
                     shape,
                     "--pending-count",
@@ -155,31 +158,13 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
         Case(
             "burn_fenced",
             "outbox",
-            [
-                *throughput,
-                "burn",
-                "--kind",
-                "fenced",
-                "--actions",
-                str(sizes.burn),
-                "--lanes",
-                lanes,
-            ],
+            [*burn_cmd, "--kind", "fenced"],
             note="begin_write() per action",
         ),
         Case(
             "burn_two_processes",
             "outbox",
-            [
-                *throughput,
-                "burn",
-                "--processes",
-                "2",
-                "--actions",
-                str(sizes.burn),
-                "--lanes",
-                lanes,
-            ],
+            [*burn_cmd, "--processes", "2"],
         ),
         Case(
             "burn_hot_lane",

@@ -215,6 +215,10 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(db.url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE outbox.agent_action")
             conn.execute("VACUUM ANALYZE outbox.action_lane")
+            # Start from a clean checkpoint, as the peers' harness does: a million pending rows
+            # write half a GB of WAL, and the checkpoint that it triggers otherwise runs during
+            # the burn, and every page the burn touches first costs a full-page image.
+            conn.execute("CHECKPOINT")
             if args.statements:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 conn.execute("SELECT pg_stat_statements_reset()")
@@ -227,7 +231,11 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
             # Whether a measured action still lives: one descent of the live-lane partial index
             # (the measured lanes are the range ['mlane', 'mlanf') in any collation: letters
             # and digits only). A count over the table here would itself cost the server a
-            # core's share with a million rows pending.
+            # core's share with a million rows pending. The statistics, taken while every
+            # measured action was live, make the planner expect an early hit in a sequential
+            # scan; once few are left, that scan read the whole table (34 ms a probe with a
+            # million rows pending), so the probe's connection takes the index.
+            conn.execute("SET enable_seqscan = off")
             live_query = (
                 "SELECT EXISTS (SELECT 1 FROM outbox.agent_action WHERE kind = %s "
                 "AND lane_key >= 'mlane' AND lane_key < 'mlanf' AND state IN ('ADMITTED', 'EXECUTING'))"
@@ -237,6 +245,8 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     stop_workers(procs)
                     raise TimeoutError("the burn-down did not finish in time")
                 time.sleep(0.5)
+            # Before the counts below, which scan the table.
+            server_cpu = postgres_cpu_seconds() - cpu_before
             end_at = conn.execute(
                 "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'mlane%%'",
                 (kind,),
@@ -251,7 +261,6 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
                     "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
                 ).fetchall()
-        server_cpu = postgres_cpu_seconds() - cpu_before
         reports = stop_workers(procs)
     seconds = (end_at - go_at).total_seconds()
     result = {
@@ -326,9 +335,12 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--pending", choices=PENDING_SHAPES, default="none")
     parser.add_argument("--pending-count", type=int, default=1_000_000)
-    parser.add_argument("--concurrency", type=int, default=1000)
+    # Three batches of endings in flight (pool 5) of about a claim batch each (concurrency
+    # 1,500): the setting for throughput on two cores (docs/benchmarks.md). Earlier tables
+    # used concurrency 1,000 and pool 4; run_all.py measures that too (burn_c1000_pool4).
+    parser.add_argument("--concurrency", type=int, default=1500)
     parser.add_argument("--claim-batch", type=int, default=500)
-    parser.add_argument("--pool-size", type=int, default=4)
+    parser.add_argument("--pool-size", type=int, default=5)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--gap", type=float, default=0.02)
     parser.add_argument("--timeout", type=float, default=600)

@@ -37,6 +37,7 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
     figures = json.loads(completed.stdout)["figures"]
     for workload in (
         "burn",
+        "burn_c1000_pool4",
         "burn_fenced",
         "burn_pending",
         "burn_two_processes",
