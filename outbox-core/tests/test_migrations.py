@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,8 +31,6 @@ def empty_db(outbox_server: str) -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def fixture_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
     from . import fixture_plugin
 
     monkeypatch.setitem(sys.modules, "outbox_core_tests_fixture", fixture_plugin)
@@ -184,3 +184,95 @@ def test_migration_files_are_numbered_without_gaps() -> None:
 
 def test_with_database_keeps_the_server(outbox_server: str) -> None:
     assert "dbname=x" in with_database(outbox_server, "x")
+
+
+@pytest.fixture
+def notx_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A migration line in a package made for the test: returns its migrations folder."""
+    package = tmp_path / "outbox_notx_fixture"
+    (package / "migrations").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield package / "migrations"
+    sys.modules.pop("outbox_notx_fixture", None)
+
+
+NOTX = MigrationLine("notx", "outbox_notx_fixture", "migrations")
+BUILD_PROBE = """-- outbox: no transaction
+-- A probe index, built as a plugin would build one on a busy table.
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.ix_probe;
+
+CREATE INDEX CONCURRENTLY ix_probe ON {schema}.action_kind (registered_at);
+"""
+
+
+def test_a_no_transaction_file_runs_its_statements_outside_a_transaction(
+    empty_db: str, notx_line: Path
+) -> None:
+    # CREATE INDEX CONCURRENTLY refuses to run inside a transaction block: this file applies
+    # only if its statements run one by one, outside one.
+    (notx_line / "0001_probe.sql").write_text(BUILD_PROBE)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        assert labels(migrate(conn, "outbox", [NOTX]))[-1] == "notx/0001_probe"
+        assert conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox.ix_probe'::regclass"
+        ).fetchone() == (True,)
+        assert migrate(conn, "outbox", [NOTX]) == []
+
+
+def test_a_no_transaction_file_that_fails_part_way_runs_again_from_the_top(
+    empty_db: str, notx_line: Path
+) -> None:
+    (notx_line / "0001_probe.sql").write_text(BUILD_PROBE + "\nSELECT 1 / 0;\n")
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        with pytest.raises(MigrationError, match="notx/0001_probe failed: division by zero"):
+            migrate(conn, "outbox", [NOTX])
+        # The statements before the failure stay (no transaction rolled them back); the file
+        # is not recorded, so the next run starts it again.
+        assert conn.execute("SELECT to_regclass('outbox.ix_probe') IS NOT NULL").fetchone() == (
+            True,
+        )
+        assert ("notx", 1) not in applied(conn, "outbox")
+        (notx_line / "0001_probe.sql").write_text(BUILD_PROBE)
+        assert labels(migrate(conn, "outbox", [NOTX])) == ["notx/0001_probe"]
+        assert ("notx", 1) in applied(conn, "outbox")
+
+
+def test_the_printed_script_runs_a_no_transaction_file_without_begin(notx_line: Path) -> None:
+    (notx_line / "0001_probe.sql").write_text(BUILD_PROBE)
+    text = script("outbox", [m for m in plan([NOTX], {}) if m.line == "notx"])
+    probe = text[text.index("-- notx/0001_probe") :]
+    assert "BEGIN;" not in probe and "COMMIT;" not in probe
+    assert probe.index("CREATE INDEX CONCURRENTLY") < probe.index("INSERT INTO")
+
+
+def test_the_uncertain_count_reads_only_uncertain_actions(empty_db: str) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        migrate(conn, "outbox", [])
+        assert conn.execute(
+            "SELECT indisvalid FROM pg_index "
+            "WHERE indexrelid = 'outbox.ix_agent_action_uncertain'::regclass"
+        ).fetchone() == (True,)
+        conn.execute(
+            "INSERT INTO outbox.action_kind (kind, at_most_once, instance_level, line) "
+            "VALUES ('PROBE', false, true, 'test')"
+        )
+        # Ended actions, as retention keeps them for 30 days; one in a thousand UNCERTAIN.
+        # (The trigger is off: these rows are written as they would be found, not lived.)
+        conn.execute("ALTER TABLE outbox.agent_action DISABLE TRIGGER USER")
+        conn.execute(
+            "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, "
+            "idempotency_key, max_attempts, state, ended_at, stop_reason) "
+            "SELECT 'PROBE', false, true, 'lane-' || g, 'key-' || g, 5, "
+            "CASE WHEN g % 1000 = 0 THEN 'UNCERTAIN' ELSE 'DONE' END, now(), 'TEST' "
+            "FROM generate_series(1, 50000) g"
+        )
+        conn.execute("ALTER TABLE outbox.agent_action ENABLE TRIGGER USER")
+        conn.execute("VACUUM ANALYZE outbox.agent_action")
+        query = core_queries("outbox")["uncertain_counts"]
+        plan_text = "\n".join(
+            row[0] for row in conn.execute("EXPLAIN " + query, {"kinds": ["PROBE"]})
+        )
+        assert "ix_agent_action_uncertain" in plan_text, plan_text
+        assert "Seq Scan" not in plan_text, plan_text
+        assert conn.execute(query, {"kinds": ["PROBE"]}).fetchall() == [("PROBE", 50)]

@@ -3,13 +3,20 @@
 Applied versions are tracked in ``<schema>.schema_migration`` keyed by (line, version) with a
 checksum. ``core`` always goes first. A PostgreSQL advisory lock serialises migrators, so two
 replicas that start at once apply each file exactly once. Each file runs in its own
-transaction together with its tracking row.
+transaction together with its tracking row, except a file whose first line is
+``-- outbox: no transaction``: its statements (each ending with ``;`` at the end of a line) run
+one by one outside a transaction, for ``CREATE INDEX CONCURRENTLY``, which must not block the
+table's writers while it builds. Its tracking row is written after the last statement, so a
+file that fails part way runs again from the top: write it so that it can (``DROP INDEX
+CONCURRENTLY IF EXISTS`` before the ``CREATE``, which also removes an invalid index that a
+failed build left behind).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +29,8 @@ from .errors import MigrationError
 from .sqlfiles import quote_schema, render
 
 CORE_LINE = "core"
+NO_TRANSACTION = "-- outbox: no transaction\n"
+_LOCK_POLL_SECONDS = 0.2
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 
@@ -79,6 +88,25 @@ class Migration:
     @property
     def label(self) -> str:
         return f"{self.line}/{self.version:04d}_{self.name}"
+
+    @property
+    def transactional(self) -> bool:
+        return not self.text.startswith(NO_TRANSACTION)
+
+
+def statements(text: str) -> list[str]:
+    """A no-transaction file's statements: split where a line ends with ``;``, without the
+    parts that hold only comments."""
+    found = []
+    for part in re.split(r";[ \t]*(?:\n|$)", text):
+        code = [
+            line
+            for line in part.splitlines()
+            if line.strip() and not line.lstrip().startswith("--")
+        ]
+        if code:
+            found.append(part.strip() + ";")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +203,11 @@ def migrate(
     if not conn.autocommit:
         raise MigrationError("migrate() needs a connection in autocommit mode")
     key = _lock_key(schema)
-    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    # Wait for the lock between statements, not inside one: a migrator blocked in
+    # pg_advisory_lock() holds a snapshot, and CREATE INDEX CONCURRENTLY in the lock holder's
+    # file waits for every older snapshot, which made the two deadlock.
+    while not _try_lock(conn, key):
+        time.sleep(_LOCK_POLL_SECONDS)
     try:
         conn.execute(_tracking_ddl(schema))
         pending = plan(lines, applied(conn, schema))
@@ -191,24 +223,34 @@ def migrate(
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
+def _try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+    return row is not None and bool(row[0])
+
+
 def _apply(conn: psycopg.Connection[Any], schema: str, migration: Migration) -> None:
+    track = sql.SQL(
+        "INSERT INTO {}.schema_migration (line, version, name, checksum) VALUES (%s, %s, %s, %s)"
+    ).format(sql.Identifier(schema))
+    row = (migration.line, migration.version, migration.name, migration.checksum)
+    text = render(migration.text, schema)
     try:
-        with conn.transaction():
-            conn.execute(render(migration.text, schema).encode("utf-8"))
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {}.schema_migration (line, version, name, checksum) "
-                    "VALUES (%s, %s, %s, %s)"
-                ).format(sql.Identifier(schema)),
-                (migration.line, migration.version, migration.name, migration.checksum),
-            )
+        if migration.transactional:
+            with conn.transaction():
+                conn.execute(text.encode("utf-8"))
+                conn.execute(track, row)
+            return
+        for statement in statements(text):
+            conn.execute(statement.encode("utf-8"))
+        conn.execute(track, row)
     except psycopg.Error as exc:
         raise MigrationError(f"{migration.label} failed: {exc}") from exc
 
 
 def script(schema: str, migrations: Sequence[Migration]) -> str:
     """The SQL of ``migrations`` for teams that apply it with their own tool: each file in a
-    transaction with the row that tells ``outbox migrate`` it is applied."""
+    transaction with the row that tells ``outbox migrate`` it is applied (a no-transaction file
+    without one, its row after it)."""
     quoted = quote_schema(schema)
     if not migrations:
         return f"-- outbox: nothing to apply; schema {quoted} is up to date\n"
@@ -218,12 +260,18 @@ def script(schema: str, migrations: Sequence[Migration]) -> str:
         _tracking_ddl(schema),
     ]
     for migration in migrations:
-        parts.append(f"\n-- {migration.label}\nBEGIN;")
-        parts.append(render(migration.text, schema).strip())
-        parts.append(
+        track = (
             f"INSERT INTO {quoted}.schema_migration (line, version, name, checksum) VALUES "
             f"('{migration.line}', {migration.version}, '{migration.name}', "
-            f"'{migration.checksum}');\nCOMMIT;"
+            f"'{migration.checksum}');"
         )
+        if migration.transactional:
+            parts.append(f"\n-- {migration.label}\nBEGIN;")
+            parts.append(render(migration.text, schema).strip())
+            parts.append(track + "\nCOMMIT;")
+        else:
+            parts.append(f"\n-- {migration.label} (outside a transaction: run it as it is)")
+            parts.append(render(migration.text, schema).strip())
+            parts.append(track)
     parts.append("SELECT pg_advisory_unlock(" + str(_lock_key(schema)) + ");")
     return "\n".join(parts) + "\n"
