@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,16 @@ import pytest
 
 from outbox_core import MigrationError, MigrationLine
 from outbox_core.action import ACTION_COLUMNS
-from outbox_core.migrations import applied, core_line, migrate, plan, script
+from outbox_core.migrations import (
+    Migration,
+    _lock_key,
+    applied,
+    core_line,
+    migrate,
+    plan,
+    script,
+    statements,
+)
 from outbox_core.sqlfiles import core_queries
 from outbox_core.testing.database import fresh_database, with_database
 
@@ -276,3 +287,71 @@ def test_the_uncertain_count_reads_only_uncertain_actions(empty_db: str) -> None
         assert "ix_agent_action_uncertain" in plan_text, plan_text
         assert "Seq Scan" not in plan_text, plan_text
         assert conn.execute(query, {"kinds": ["PROBE"]}).fetchall() == [("PROBE", 50)]
+
+
+def test_a_no_transaction_file_splits_after_each_statement_and_its_comment() -> None:
+    text = (
+        "\ufeff-- outbox: no transaction\n"
+        "DROP INDEX CONCURRENTLY IF EXISTS x; -- the leftover of a failed build\n"
+        "-- only a comment here;\n"
+        "CREATE INDEX CONCURRENTLY x\n    ON t (a);\n"
+        "SELECT 1"
+    )
+    assert statements(text) == [
+        "-- outbox: no transaction\nDROP INDEX CONCURRENTLY IF EXISTS x;",
+        "CREATE INDEX CONCURRENTLY x\n    ON t (a);",
+        "SELECT 1;",
+    ]
+    assert not Migration("l", 1, "m", text).transactional
+    assert not Migration("l", 1, "m", "--outbox:  no transaction  \nSELECT 1;").transactional
+    assert Migration("l", 1, "m", "SELECT 1; -- outbox: no transaction\n").transactional
+
+
+def test_concurrently_in_a_transactional_file_is_refused_with_the_way_out(notx_line: Path) -> None:
+    (notx_line / "0001_probe.sql").write_text(
+        BUILD_PROBE.replace("-- outbox: no transaction\n", "")
+    )
+    with pytest.raises(
+        MigrationError,
+        match="notx/0001_probe: CONCURRENTLY cannot run inside a transaction; start the file "
+        "with the line '-- outbox: no transaction'",
+    ):
+        NOTX.files()
+
+
+def test_a_waiting_migrator_says_who_holds_the_lock(
+    empty_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with psycopg.connect(empty_db, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (_lock_key("outbox"),))
+        holder_pid = holder.info.backend_pid
+        done = threading.Event()
+
+        def run() -> None:
+            with psycopg.connect(empty_db, autocommit=True) as conn:
+                migrate(conn, "outbox", [])
+            done.set()
+
+        def waiting() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.getMessage().startswith("migrate.waiting")]
+
+        with caplog.at_level(logging.WARNING, logger="outbox"):
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.monotonic() + 5
+            while not waiting() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not done.is_set()
+            holder.execute("SELECT pg_advisory_unlock(%s)", (_lock_key("outbox"),))
+            thread.join(60)
+        assert done.is_set()
+        assert len(waiting()) == 1
+        assert f"holder={holder_pid}" in waiting()[0].getMessage()
+
+
+def test_migrate_refuses_a_connection_inside_a_transaction(empty_db: str) -> None:
+    refused = pytest.raises(MigrationError, match="autocommit mode, outside a transaction")
+    with psycopg.connect(empty_db, autocommit=True) as conn, conn.transaction(), refused:
+        migrate(conn, "outbox", [])
+    with psycopg.connect(empty_db) as conn, refused:
+        migrate(conn, "outbox", [])

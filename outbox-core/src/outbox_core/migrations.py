@@ -4,17 +4,19 @@ Applied versions are tracked in ``<schema>.schema_migration`` keyed by (line, ve
 checksum. ``core`` always goes first. A PostgreSQL advisory lock serialises migrators, so two
 replicas that start at once apply each file exactly once. Each file runs in its own
 transaction together with its tracking row, except a file whose first line is
-``-- outbox: no transaction``: its statements (each ending with ``;`` at the end of a line) run
-one by one outside a transaction, for ``CREATE INDEX CONCURRENTLY``, which must not block the
-table's writers while it builds. Its tracking row is written after the last statement, so a
-file that fails part way runs again from the top: write it so that it can (``DROP INDEX
-CONCURRENTLY IF EXISTS`` before the ``CREATE``, which also removes an invalid index that a
-failed build left behind).
+``-- outbox: no transaction``: its statements run one by one outside a transaction, for
+``CREATE INDEX CONCURRENTLY``, which must not block the table's writers while it builds. Such a
+file is split where a line ends with ``;`` (a comment may follow it), so it holds no
+dollar-quoted bodies or literals that span lines. Its tracking row is written after the last
+statement, so a file that fails part way runs again from the top: write it so that it can
+(``DROP INDEX CONCURRENTLY IF EXISTS`` before the ``CREATE``, which also removes an invalid
+index that a failed build left behind).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -26,10 +28,16 @@ import psycopg
 from psycopg import sql
 
 from .errors import MigrationError
+from .observability import event
 from .sqlfiles import quote_schema, render
 
 CORE_LINE = "core"
-NO_TRANSACTION = "-- outbox: no transaction\n"
+# The first line of a file that runs outside a transaction (a BOM and spacing forgiven).
+_NO_TRANSACTION = re.compile(
+    r"\A\ufeff?[ \t]*--[ \t]*outbox:[ \t]*no[ \t]+transaction[ \t]*$", re.M
+)
+_CONCURRENTLY = re.compile(r"\bconcurrently\b", re.I)
+_COMMENT = re.compile(r"--[^\n]*")
 _LOCK_POLL_SECONDS = 0.2
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
@@ -63,7 +71,13 @@ class MigrationLine:
                     "NNNN_name.sql (four digits, lower-case name)"
                 )
             text = entry.read_text("utf-8")
-            found.append(Migration(self.name, int(match.group(1)), match.group(2), text))
+            migration = Migration(self.name, int(match.group(1)), match.group(2), text)
+            if migration.transactional and _CONCURRENTLY.search(_COMMENT.sub("", text)):
+                raise MigrationError(
+                    f"{migration.label}: CONCURRENTLY cannot run inside a transaction; start "
+                    "the file with the line '-- outbox: no transaction'"
+                )
+            found.append(migration)
         found.sort(key=lambda migration: migration.version)
         versions = [migration.version for migration in found]
         if versions != list(range(1, len(found) + 1)):
@@ -91,14 +105,14 @@ class Migration:
 
     @property
     def transactional(self) -> bool:
-        return not self.text.startswith(NO_TRANSACTION)
+        return _NO_TRANSACTION.match(self.text) is None
 
 
 def statements(text: str) -> list[str]:
-    """A no-transaction file's statements: split where a line ends with ``;``, without the
-    parts that hold only comments."""
+    """A no-transaction file's statements: split where a line ends with ``;`` (or with ``;``
+    and a comment), without the parts that hold only comments."""
     found = []
-    for part in re.split(r";[ \t]*(?:\n|$)", text):
+    for part in re.split(r";[ \t]*(?:--[^\n]*)?(?:\n|$)", text.lstrip("\ufeff")):
         code = [
             line
             for line in part.splitlines()
@@ -197,16 +211,28 @@ def migrate(
 ) -> list[Migration]:
     """Apply what is pending, under the schema's advisory lock. Returns what was applied.
 
-    ``conn`` must be in autocommit mode; it is used for the lock and one transaction per file.
-    A line other than ``core`` never applies before every core file is in.
+    ``conn`` must be in autocommit mode, outside a transaction; it is used for the lock and for
+    each file (in a transaction of its own, or statement by statement for a no-transaction
+    file). A line other than ``core`` never applies before every core file is in.
     """
-    if not conn.autocommit:
-        raise MigrationError("migrate() needs a connection in autocommit mode")
+    if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise MigrationError(
+            "migrate() needs a connection in autocommit mode, outside a transaction"
+        )
     key = _lock_key(schema)
     # Wait for the lock between statements, not inside one: a migrator blocked in
     # pg_advisory_lock() holds a snapshot, and CREATE INDEX CONCURRENTLY in the lock holder's
     # file waits for every older snapshot, which made the two deadlock.
+    waited = False
     while not _try_lock(conn, key):
+        if not waited:
+            waited = True
+            event(
+                "migrate.waiting",
+                level=logging.WARNING,
+                schema=schema,
+                holder=_lock_holder(conn, key),
+            )
         time.sleep(_LOCK_POLL_SECONDS)
     try:
         conn.execute(_tracking_ddl(schema))
@@ -226,6 +252,16 @@ def migrate(
 def _try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
     return row is not None and bool(row[0])
+
+
+def _lock_holder(conn: psycopg.Connection[Any], key: int) -> int | None:
+    """The backend pid that holds the migration lock (None: released meanwhile)."""
+    row = conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+        "AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+    ).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _apply(conn: psycopg.Connection[Any], schema: str, migration: Migration) -> None:
