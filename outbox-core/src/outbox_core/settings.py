@@ -156,11 +156,12 @@ class OutboxSettings(SectionSettings):
 
     @property
     def batches_in_flight(self) -> int:
-        """How many batches of endings (and of fences) an executor writes at once.
+        """How many batches of endings, and as many of fences, an executor writes at once.
 
         The server works on some while the executor reads the answer to another and runs
-        what it chained. Each write holds a pool connection, so two are left to the claim loop,
-        the maintenance and the adapters' lease transactions: one batch below 4 connections,
-        two at 4, three from 5. More than three cut the batches smaller than they pay for
-        (docs/benchmarks.md, "What was tried")."""
+        what it chained. Each write holds a pool connection: one batch below 4 connections,
+        two at 4, three from 5, so that endings alone leave two connections to the claim
+        loop, the maintenance and the adapters' lease transactions (with fences as well, those
+        wait their turn for a connection). More than three cut the batches smaller than they
+        pay for (docs/benchmarks.md, "What was tried")."""
         return 1 if self.pool_size < 4 else min(3, self.pool_size - 2)
