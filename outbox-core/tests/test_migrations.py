@@ -355,3 +355,12 @@ def test_migrate_refuses_a_connection_inside_a_transaction(empty_db: str) -> Non
         migrate(conn, "outbox", [])
     with psycopg.connect(empty_db) as conn, refused:
         migrate(conn, "outbox", [])
+
+
+def test_a_no_transaction_file_with_a_dollar_quoted_body_is_refused(notx_line: Path) -> None:
+    (notx_line / "0001_probe.sql").write_text(
+        BUILD_PROBE + "CREATE FUNCTION {schema}.f() RETURNS int LANGUAGE sql AS $fn$\n"
+        "    SELECT 1;\n$fn$;\n"
+    )
+    with pytest.raises(MigrationError, match="cannot hold a dollar-quoted body"):
+        NOTX.files()

@@ -38,6 +38,7 @@ _NO_TRANSACTION = re.compile(
 )
 _CONCURRENTLY = re.compile(r"\bconcurrently\b", re.I)
 _COMMENT = re.compile(r"--[^\n]*")
+_DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_][A-Za-z_0-9]*)?\$")
 _LOCK_POLL_SECONDS = 0.2
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
@@ -72,10 +73,17 @@ class MigrationLine:
                 )
             text = entry.read_text("utf-8")
             migration = Migration(self.name, int(match.group(1)), match.group(2), text)
-            if migration.transactional and _CONCURRENTLY.search(_COMMENT.sub("", text)):
+            code = _COMMENT.sub("", text)
+            if migration.transactional and _CONCURRENTLY.search(code):
                 raise MigrationError(
                     f"{migration.label}: CONCURRENTLY cannot run inside a transaction; start "
                     "the file with the line '-- outbox: no transaction'"
+                )
+            if not migration.transactional and _DOLLAR_QUOTE.search(code):
+                raise MigrationError(
+                    f"{migration.label}: a no-transaction file is split at each ';' that ends "
+                    "a line, so it cannot hold a dollar-quoted body; put functions in a "
+                    "file of their own, without the marker"
                 )
             found.append(migration)
         found.sort(key=lambda migration: migration.version)
