@@ -119,16 +119,8 @@ class Migration:
 def statements(text: str) -> list[str]:
     """A no-transaction file's statements: split where a line ends with ``;`` (or with ``;``
     and a comment), without the parts that hold only comments."""
-    found = []
-    for part in re.split(r";[ \t]*(?:--[^\n]*)?(?:\n|$)", text.lstrip("\ufeff")):
-        code = [
-            line
-            for line in part.splitlines()
-            if line.strip() and not line.lstrip().startswith("--")
-        ]
-        if code:
-            found.append(part.strip() + ";")
-    return found
+    parts = re.split(r";[ \t]*(?:--[^\n]*)?(?:\n|$)", text.lstrip("\ufeff"))
+    return [part.strip() + ";" for part in parts if _COMMENT.sub("", part).strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,13 +301,11 @@ def script(schema: str, migrations: Sequence[Migration]) -> str:
             f"('{migration.line}', {migration.version}, '{migration.name}', "
             f"'{migration.checksum}');"
         )
+        body = render(migration.text, schema).strip()
         if migration.transactional:
-            parts.append(f"\n-- {migration.label}\nBEGIN;")
-            parts.append(render(migration.text, schema).strip())
-            parts.append(track + "\nCOMMIT;")
+            parts += [f"\n-- {migration.label}\nBEGIN;", body, track + "\nCOMMIT;"]
         else:
-            parts.append(f"\n-- {migration.label} (outside a transaction: run it as it is)")
-            parts.append(render(migration.text, schema).strip())
-            parts.append(track)
+            header = f"\n-- {migration.label} (outside a transaction: run it as it is)"
+            parts += [header, body, track]
     parts.append("SELECT pg_advisory_unlock(" + str(_lock_key(schema)) + ");")
     return "\n".join(parts) + "\n"
