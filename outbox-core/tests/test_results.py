@@ -255,6 +255,60 @@ async def test_the_attempt_after_a_reread_reads_back_first(db: OutboxTestDatabas
     ]
 
 
+async def test_an_exception_while_reading_back_an_earlier_write_keeps_the_fence(
+    db: OutboxTestDatabase,
+) -> None:
+    """The fence is the action's: an attempt that inherits an earlier write and raises before
+    its own fence (its read-back call failed) is after the fence. As a Retry it cleared the
+    fence, and the next attempt skipped the read-back and wrote the effect again."""
+    writes: list[int] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.write_started:
+            if attempt.number == 2:
+                raise ConnectionError("the read-back call failed")
+            return Done("found-by-marker")
+        assert await attempt.fence().begin_write()
+        writes.append(attempt.number)
+        return Reread(timedelta(minutes=5)) if attempt.number == 1 else Done("second-write")
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db, max_attempts=5)
+    await db.adrain()
+    await db.adrain()
+    after_raise = row(db, action_id)
+    assert (after_raise["state"], after_raise["fenced"], after_raise["last_result"]) == (
+        "EXECUTING",
+        True,
+        "Reread",
+    )
+    await db.adrain()
+    got = row(db, action_id)
+    assert (got["state"], got["readback_ref"]) == ("DONE", "found-by-marker")
+    assert writes == [1]
+    assert [c["write_started"] for c in ScriptedAdapter.calls] == [False, True, True]
+
+
+async def test_an_exception_while_reading_back_at_the_last_attempt_ends_uncertain(
+    db: OutboxTestDatabase,
+) -> None:
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.write_started:
+            raise ConnectionError("the read-back call failed")
+        assert await attempt.fence().begin_write()
+        return Reread(timedelta(minutes=5))
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db, max_attempts=2)
+    await db.adrain()
+    await db.adrain()
+    got = row(db, action_id)
+    assert (got["state"], got["stop_reason"]) == ("UNCERTAIN", StopReason.ATTEMPTS_EXHAUSTED)
+    assert [e[1:] for e in ScriptedAdapter.endings] == [
+        ("UNCERTAIN", StopReason.ATTEMPTS_EXHAUSTED)
+    ]
+
+
 async def test_a_retry_clears_the_fence_and_the_next_attempt_sees_no_earlier_write(
     db: OutboxTestDatabase,
 ) -> None:

@@ -146,8 +146,13 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
 
 def exception_result(facts: AttemptFacts) -> AdapterResult:
     """An exception counts as Retry before the fence; after it, Reread for a kind that reads
-    back and Uncertain for an at-most-once kind."""
-    if not facts.fenced:
+    back and Uncertain for an at-most-once kind.
+
+    The fence is the action's, not only this attempt's: an attempt that inherits an earlier
+    attempt's write (``prior_write``) and raises, say while reading that write back, is after
+    the fence. A Retry there would clear the fence, so the next attempt would not read back
+    and would write the effect a second time."""
+    if not facts.fenced and facts.prior_write is None:
         return Retry()
     if facts.at_most_once:
         return Uncertain(StopReason.WRITE_UNCONFIRMED)
