@@ -6,7 +6,15 @@ import asyncio
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Done, StopReason
+from outbox_core import (
+    ActionAttempt,
+    ActionRequest,
+    AdapterResult,
+    Defer,
+    Done,
+    Reread,
+    StopReason,
+)
 from outbox_core.erasure import erase_subject
 from outbox_core.testing import OutboxTestDatabase
 
@@ -200,3 +208,148 @@ async def test_run_now_carries_out_an_admitted_lane_head_at_once(db: OutboxTestD
         action = await executor.run_now(head)
     assert action is not None and str(action.state) == "DONE"
     assert [c["id"] for c in ScriptedAdapter.calls] == [head]
+
+
+async def test_run_now_on_a_running_executor_waits_only_for_its_own_action(
+    db: OutboxTestDatabase,
+) -> None:
+    """run_now waited until no attempt of the whole executor ran: behind a 5 s attempt in
+    another lane, and under a steady load for ever."""
+    release = asyncio.Event()
+
+    async def slow(attempt: ActionAttempt) -> AdapterResult:
+        await release.wait()
+        return Done()
+
+    ScriptedAdapter.script = slow
+    enqueue(db, "slow", lane="other")
+    stop = asyncio.Event()
+    executor = db.executor(poll_seconds=0.2)
+    runner = asyncio.create_task(executor.run(stop))
+    try:
+        for _ in range(250):
+            if db.scalar("SELECT state FROM {schema}.agent_action") == "EXECUTING":
+                break
+            await asyncio.sleep(0.02)
+        # Not due, so that the run loop leaves it to run_now.
+        later = db_now(db) + timedelta(hours=1)
+        quick = enqueue(db, "quick", kind="TEST_NOOP", lane="mine", not_before=later)
+        action = await asyncio.wait_for(executor.run_now(quick), 5.0)
+        assert action is not None and str(action.state) == "DONE"
+        assert not release.is_set()  # the other lane's attempt still runs
+    finally:
+        release.set()
+        stop.set()
+        await runner
+        await executor.close()
+
+
+async def test_an_action_whose_write_started_never_expires_or_cancels_and_reads_back(
+    db: OutboxTestDatabase,
+) -> None:
+    """A deferral after a Reread keeps the fence (the action waits ADMITTED with its write
+    started). Past its expiry it must not end CANCELLED/EXPIRED, which says the effect never
+    happened, and an operator's cancel must refuse it: it is claimed and reads back."""
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.write_started:
+            if len(ScriptedAdapter.calls) == 2:  # this call is recorded already
+                return Defer(timedelta(minutes=5))  # rate-limited while reading back
+            return Done("found-by-marker")
+        assert await attempt.fence().begin_write()
+        return Reread(timedelta(0))
+
+    ScriptedAdapter.script = run
+    expires = db_now(db) + timedelta(seconds=2)
+    action_id = enqueue(db, "written", expires_at=expires)
+    behind = enqueue(db, "behind", expires_at=expires)
+    await db.adrain()  # attempt 1: the write, then Reread; attempt 2: Defer while reading back
+    assert db.rows(
+        "SELECT state, write_started_at IS NOT NULL FROM {schema}.agent_action WHERE id = %s",
+        (action_id,),
+    ) == [("ADMITTED", True)]
+    conn = await db.aconnect()
+    async with conn:
+        assert await db.outbox.cancel(conn, action_id) is None
+        await conn.commit()
+    await wait_until_past(db, expires)
+    async with db.executor() as executor:
+        assert await executor.sweep_expired() == 1  # only the action behind it
+    await db.adrain()  # the claim reads it back, however late
+    assert db.rows("SELECT id, state, stop_reason FROM {schema}.agent_action ORDER BY id") == [
+        (action_id, "DONE", StopReason.COMPLETED),
+        (behind, "CANCELLED", StopReason.EXPIRED),
+    ]
+    assert [(c["attempt"], c["write_started"]) for c in ScriptedAdapter.calls] == [
+        (1, False),
+        (2, True),
+        (2, True),  # a Defer does not count the attempt
+    ]
+
+
+class _PauseAfter:
+    """An async connection that runs ``then`` right after one given statement: to hold an
+    erasure between two of its statements while another transaction moves."""
+
+    def __init__(self, conn: Any, query: str, then: Any) -> None:
+        self._conn, self._query, self._then = conn, query, then
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        cursor = await self._conn.execute(query, params, **kwargs)
+        if query == self._query:
+            await self._then()
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def test_an_erasure_beside_a_claim_of_the_same_lane_does_not_deadlock(
+    db: OutboxTestDatabase,
+) -> None:
+    """A claim takes the lane, then its head's row. An erasure that deleted the head first and
+    then waited for the lane met a claim waiting for that row: PostgreSQL broke the deadlock by
+    failing one of them. Erasure now takes the lanes first."""
+    ScriptedAdapter.script = done
+    erased = enqueue(db, "erased", subject_account_id="person-7")
+    behind = enqueue(db, "behind")
+    kinds = db.outbox.registry.filter(["TEST_SCRIPTED"])
+    params = {
+        "limit": 10,
+        "lease": 300.0,
+        "kinds": kinds.kinds,
+        "paths": kinds.paths,
+        "suffixes": kinds.suffixes,
+    }
+    claimed: list[Any] = []
+    errors: list[BaseException] = []
+
+    def claim() -> None:
+        try:
+            with db.connect(autocommit=True) as claimer:
+                claimed.extend(claimer.execute(db.outbox.queries["claim"], params).fetchall())
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    claimer: list[asyncio.Future[None]] = []
+
+    async def claim_meanwhile() -> None:
+        claimer.append(asyncio.ensure_future(asyncio.to_thread(claim)))
+        await asyncio.sleep(1.5)  # a claim that waits for a row lock waits here
+
+    conn = await db.aconnect()
+    async with conn:
+        paused = _PauseAfter(conn, db.outbox.queries["erase_subject"], claim_meanwhile)
+        try:
+            report = await erase_subject(paused, "person-7", outbox=db.outbox)
+            await conn.commit()
+        except BaseException as exc:
+            errors.append(exc)
+        await claimer[0]
+    assert errors == []
+    assert report.actions == 1
+    # The claim skipped the lane that the erasure held; the lane then moves on.
+    assert [row[1] for row in claimed if row[0] != "visited"] == []
+    await db.adrain()
+    assert [c["id"] for c in ScriptedAdapter.calls] == [behind]
+    assert db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE id = %s", (erased,)) == 0

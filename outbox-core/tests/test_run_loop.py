@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any, ClassVar
 
-from outbox_core import ActionRequest
+from outbox_core import (
+    ActionAdapter,
+    ActionAttempt,
+    ActionRequest,
+    ActionVariants,
+    AdapterResult,
+    Done,
+)
+from outbox_core.executor import Executor
 from outbox_core.testing import OutboxTestDatabase
 
+from .kinds import Step
 
-async def run_until_done(db: OutboxTestDatabase, total: int, **settings: object) -> float:
+
+async def run_until_done(
+    db: OutboxTestDatabase, total: int, *, limit: float = 60.0, **settings: object
+) -> float:
     stop = asyncio.Event()
     executor = db.executor(**settings)
     runner = asyncio.create_task(executor.run(stop))
@@ -17,7 +30,7 @@ async def run_until_done(db: OutboxTestDatabase, total: int, **settings: object)
     try:
         while db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE state = 'DONE'") < total:
             assert not runner.done(), runner
-            assert time.monotonic() - started < 60, "the executor stalled"
+            assert time.monotonic() - started < limit, "the executor stalled"
             await asyncio.sleep(0.05)
     finally:
         stop.set()
@@ -57,3 +70,126 @@ async def test_an_action_enqueued_while_the_executor_idles_starts_without_waitin
         stop.set()
         await runner
         await executor.close()
+
+
+async def test_the_next_head_of_a_kind_with_a_slot_limit_does_not_wait_out_the_last_lease(
+    db: OutboxTestDatabase,
+) -> None:
+    """A kind with a slot limit is outside the chained claims, so the ending of a lane's head
+    leaves its next head to the claim loop. The lane row still said the ended head's lease
+    (30 s here; 300 by default), and the next head waited that long: one action per lease.
+    The poll is longer than the test's limit, so the ending itself must wake the claim loop."""
+    with db.connect() as conn:
+        db.outbox.enqueue_many(
+            conn, [ActionRequest("TEST_FENCED", f"lane-{i % 2}", f"k-{i}") for i in range(6)]
+        )
+        conn.commit()
+    await run_until_done(
+        db,
+        6,
+        limit=10.0,
+        lease_seconds=30.0,
+        fence_margin_seconds=1.0,
+        poll_seconds=20.0,
+        kind_concurrency={"TEST_FENCED": 4},
+    )
+
+
+async def test_a_lane_whose_kinds_two_executors_split_hands_over_within_a_poll(
+    db: OutboxTestDatabase,
+) -> None:
+    """`outbox run --kinds`: one executor serves TEST_NOOP, another TEST_FENCED, and a lane
+    holds one of each. The first one's ending chained into a head it may not run and left the
+    lane at its own lease; the other executor found it only when that lease was over."""
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "shared", "first"))
+        db.outbox.enqueue(conn, ActionRequest("TEST_FENCED", "shared", "second"))
+        conn.commit()
+    settings = db.settings.model_copy(
+        update={"lease_seconds": 30.0, "fence_margin_seconds": 1.0, "poll_seconds": 0.5}
+    )
+    executors = [
+        Executor(db.outbox, db.url, settings=settings, kinds=[kind])
+        for kind in ("TEST_NOOP", "TEST_FENCED")
+    ]
+    stop = asyncio.Event()
+    runners = [asyncio.create_task(executor.run(stop)) for executor in executors]
+    started = time.monotonic()
+    try:
+        while db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE state = 'DONE'") < 2:
+            assert time.monotonic() - started < 10, "the second head waited for the first's lease"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*runners)
+        for executor in executors:
+            await executor.close()
+
+
+class SlowEnded(ActionAdapter):
+    """Done, with an ``ended`` hook slow enough to stop the executor while its batch of
+    endings is being written."""
+
+    kind = "TEST_SLOW_ENDED"
+    instance_level = True
+    hook_started: ClassVar[asyncio.Event | None] = None
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Step)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        return Done()
+
+    async def ended(self, conn: Any, action: Any) -> None:
+        assert SlowEnded.hook_started is not None
+        SlowEnded.hook_started.set()
+        await asyncio.sleep(1.0)
+
+
+class Effect(ActionAdapter):
+    """Notes each run, and whether its adapter had been closed by then."""
+
+    kind = "TEST_EFFECT"
+    instance_level = True
+    runs: ClassVar[list[tuple[int, bool]]] = []
+    closed: ClassVar[bool] = False
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Step)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        await asyncio.sleep(0.2)
+        Effect.runs.append((attempt.id, Effect.closed))
+        return Done()
+
+    async def aclose(self) -> None:
+        Effect.closed = True
+
+
+async def test_a_stop_while_a_chaining_batch_is_written_waits_for_the_heads_it_claims(
+    db: OutboxTestDatabase,
+) -> None:
+    """SIGTERM while a batch of endings is being written with chaining on: the batch comes
+    back with the next heads of its lanes, claimed. They were started after the shutdown had
+    stopped waiting, ran on closed adapters, and their endings failed on the closed ender: the
+    actions stayed EXECUTING under a lease, to run again after it."""
+    db.register_kind(SlowEnded)
+    db.register_kind(Effect)
+    SlowEnded.hook_started = asyncio.Event()
+    Effect.runs, Effect.closed = [], False
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_SLOW_ENDED", "lane", "first"))
+        second = db.outbox.enqueue(conn, ActionRequest("TEST_EFFECT", "lane", "second")).id
+        conn.commit()
+    stop = asyncio.Event()
+    executor = db.executor(poll_seconds=0.2)
+    runner = asyncio.create_task(executor.run(stop))
+    await asyncio.wait_for(SlowEnded.hook_started.wait(), 10)
+    stop.set()  # while the first action's ending (and its chained claim) is being written
+    await runner
+    assert not executor._running
+    await executor.close()
+    assert Effect.runs == [(second, False)]
+    assert db.rows("SELECT state FROM {schema}.agent_action ORDER BY id") == [("DONE",), ("DONE",)]

@@ -49,6 +49,8 @@ async def erase_subject(
     outbox = outbox if outbox is not None else default_outbox()
     if not isinstance(subject_account_id, str) or not subject_account_id:
         raise InvalidRequest("subject_account_id", "name the account to erase")
+    # The lanes first, then the actions: the order of a claim and a settle (see the query).
+    await conn.execute(outbox.queries["lock_subject_lanes"], {"subject": subject_account_id})
     cursor = await conn.execute(outbox.queries["erase_subject"], {"subject": subject_account_id})
     deleted = await cursor.fetchall()
     lanes = sorted({row[2] for row in deleted})

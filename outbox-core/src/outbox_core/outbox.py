@@ -306,7 +306,10 @@ class Outbox:
         reason: str = StopReason.OPERATOR_CANCELLED,
     ) -> Action | None:
         """End an action that has not started (PROPOSED or ADMITTED) as CANCELLED, calling its
-        kind's ``ended`` in ``conn``'s transaction. None when it has started or ended."""
+        kind's ``ended`` in ``conn``'s transaction. None when it has started or ended (an
+        admitted action whose write started, waiting out a deferral, has started)."""
+        # The lane first, then the action: the order of a claim and a settle (see the query).
+        await conn.execute(self.queries["lock_action_lane"], {"id": action_id})
         cursor = await conn.execute(
             self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
         )

@@ -35,6 +35,8 @@ class Batcher(Generic[Item, Answer]):
         # Batches being written, by their writer task (parallel > 1); a batch is emptied once
         # its items have their answers.
         self._writing: dict[asyncio.Task[None], list[Entry[Item, Answer]]] = {}
+        # The batch being written when ``parallel`` is one.
+        self._serial: list[Entry[Item, Answer]] = []
         self._name = name
         self._pending: list[Entry[Item, Answer]] = []
         self._wake = asyncio.Event()
@@ -84,6 +86,12 @@ class Batcher(Generic[Item, Answer]):
         """Items queued or being written."""
         return self._outstanding
 
+    def holds(self, picks: Callable[[Item], bool]) -> bool:
+        """Whether an item that ``picks`` accepts is queued or being written (its ``done``
+        not called yet)."""
+        batches = [self._pending, self._serial, *self._writing.values()]
+        return any(picks(item) for batch in batches for item, _ in batch)
+
     async def idle(self) -> None:
         """Wait until every item posted so far has its answer."""
         while self._outstanding:
@@ -118,7 +126,11 @@ class Batcher(Generic[Item, Answer]):
                 continue
             batch, self._pending = self._pending[: self._max], self._pending[self._max :]
             if self._parallel == 1:
-                await self._write(batch)
+                self._serial = batch
+                try:
+                    await self._write(batch)
+                finally:
+                    self._serial = []
                 continue
             writer = asyncio.create_task(self._write(batch), name=f"{self._name}-write")
             self._writing[writer] = batch

@@ -93,6 +93,12 @@ class Executor:
         self._relower: dict[str, tuple[datetime | None, bool]] = {}
         self._relower_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # False once a shutdown stopped waiting for attempts: claims that still arrive (a batch
+        # of endings written with chaining on, answering late) are left to their leases rather
+        # than run on adapters that are being closed.
+        self._accepting = True
+        # run_now's waits for one action's ending to be written, by action id.
+        self._end_waiters: dict[int, asyncio.Future[None]] = {}
         # Chained claims (see settle_v1) run only while the executor runs or drains, and
         # only for kinds without a slot limit.
         self._chaining = False
@@ -113,6 +119,7 @@ class Executor:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
+        self._accepting = True
         if self.pool is None:
             self.pool = AsyncConnectionPool(
                 self.conninfo,
@@ -130,6 +137,7 @@ class Executor:
             self._watchdog_task = asyncio.create_task(self._watchdog(), name="outbox-watchdog")
 
     async def close(self) -> None:
+        self._accepting = False
         await self._ender.close()
         await self._fencer.close()
         self._tally.flush()
@@ -152,6 +160,19 @@ class Executor:
             self._relower_task.cancel()
             with suppress(asyncio.CancelledError):
                 await self._relower_task
+            self._relower_task = None
+        if self._relower and self.pool is not None:
+            # One last try for the lanes still waiting to be lowered; a lane that another
+            # transaction holds now waits for its next_at (at most a lease), as after a crash.
+            wanted, self._relower = self._relower, {}
+            try:
+                async with self._pool().connection() as conn:
+                    missed = await self._lower(conn, wanted)
+            except psycopg.Error as exc:
+                event("executor.relower.failed", level=logging.WARNING, error=type(exc).__name__)
+            else:
+                if missed:
+                    event("executor.relower.left", level=logging.INFO, lanes=len(missed))
         if self.pool is not None:
             await self.pool.close()
             self.pool = None
@@ -207,13 +228,29 @@ class Executor:
             event("executor.stopped", left_to_leases=left)
 
     async def _wait_running(self, seconds: float) -> int:
-        if self._running:
-            _, pending = await asyncio.wait(set(self._running), timeout=seconds)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            return len(pending)
-        return 0
+        """Wait up to ``seconds`` for the running attempts and the endings being written, then
+        cancel what still runs (left to its lease). A batch of endings that was written with
+        chaining on may answer with the next heads of its lanes, already claimed: they start
+        and are waited for too. Batches written after ``_stopping`` chain nothing, so this
+        ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self._running or self._ender.outstanding:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if self._running:
+                await asyncio.wait(set(self._running), timeout=remaining)
+            else:
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await self._ender.idle()
+        self._accepting = False
+        pending = set(self._running)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return len(pending)
 
     async def _listen(self) -> None:
         """LISTEN on a connection of its own (never the pool's) and wake the claim loop."""
@@ -301,6 +338,10 @@ class Executor:
         return claimed, visited
 
     def _dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
+        if not self._accepting:
+            if rows:
+                event("executor.claims.left", level=logging.WARNING, actions=len(rows))
+            return []
         started = []
         for row in rows:
             op = row[0]
@@ -427,6 +468,10 @@ class Executor:
     def _ended_callback(self, ending: Ending) -> Callable[[bool | BaseException], None]:
         def check(answer: bool | BaseException) -> None:
             self._capacity.set()  # an ending written frees a place for the claim loop
+            if self._end_waiters:
+                waiter = self._end_waiters.pop(ending.action_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
             if isinstance(answer, BaseException):
                 action_event(
                     "action.end.failed",
@@ -626,8 +671,10 @@ class Executor:
             for key, wish in missed.items():
                 self._relower[key] = _earlier(self._relower.get(key), *wish)
             self._schedule_relower()
-        # The claim loop has something new to look at only where a freed lane was not chained.
-        if lowered:
+        # The claim loop has something new to look at only where a freed lane was not chained:
+        # lowered for any executor, or (chained) left to a kind outside the chain's filter,
+        # such as a kind with a slot limit, whose lane the chained claim lowered to now.
+        if lowered or (chain and len(chained) < len(changed)):
             self._wake.set()
         self._tally.flush()
         return [ending.action_id in changed for ending in endings]
@@ -753,8 +800,18 @@ class Executor:
         async with self._pool().connection() as conn:
             cursor = await conn.execute(self.queries["claim_action"], params)
             rows = await cursor.fetchall()
-        self._dispatch([row for row in rows if row[0] != "visited"])
-        await self.settle()
+        # Wait for this action only: its attempt, then its ending's write (not for the other
+        # attempts of a running executor, which may never all be done at once).
+        written = asyncio.get_running_loop().create_future()
+        self._end_waiters[action_id] = written
+        try:
+            started = self._dispatch([row for row in rows if row[0] != "visited"])
+            await asyncio.gather(*started, return_exceptions=True)
+            if self._ender.holds(lambda ending: ending.action_id == action_id):
+                await written
+        finally:
+            self._end_waiters.pop(action_id, None)
+        self._tally.flush()
         if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
             return None
         async with self._pool().connection() as conn:

@@ -94,11 +94,13 @@ WITH admitted AS (
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
 
 -- name: cancel_unstarted
--- An operator's or a proposal's refusal: only an action that has not started.
+-- An operator's or a proposal's refusal: only an action that has not started. An admitted
+-- action whose write started (it waits out a deferral after a Reread) has: its effect may
+-- exist, and CANCELLED would say it does not.
 UPDATE {schema}.agent_action
    SET state = 'CANCELLED', payload = NULL, stop_reason = %(reason)s, ended_at = now(),
        last_result = 'Cancelled'
- WHERE id = %(id)s AND state IN ('PROPOSED', 'ADMITTED')
+ WHERE id = %(id)s AND state IN ('PROPOSED', 'ADMITTED') AND write_started_at IS NULL
 RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
           attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
           ended_at, stop_reason, readback_ref, last_result, created_at
@@ -161,7 +163,7 @@ SELECT kind, at_most_once, instance_level, line FROM {schema}.action_kind ORDER 
 
 -- name: claim
 -- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads (the
--- second half, claim_locked_v1, last replaced by 0006).
+-- second half, claim_locked_v1, last replaced by 0009).
 SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
        state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
   FROM {schema}.claim_v1(%(limit)s, make_interval(secs => %(lease)s),
@@ -232,10 +234,11 @@ UPDATE {schema}.action_lane l
 -- name: expired_actions
 -- Admitted actions past their expiry anywhere in a lane (the claim ends expired heads; this
 -- sweep ends the ones behind them too, so their domain rows move on). Only rows this build
--- decodes.
+-- decodes, and only those whose write never started (as claim_locked_v1 since 0009: one whose
+-- write may have reached the provider is claimed and reads back instead).
 SELECT id, kind, lane_key, epoch
   FROM {schema}.agent_action a
- WHERE a.state = 'ADMITTED' AND a.expires_at <= now()
+ WHERE a.state = 'ADMITTED' AND a.expires_at <= now() AND a.write_started_at IS NULL
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  ORDER BY a.expires_at
@@ -253,6 +256,24 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {schema}.agent_action a USING doomed d WHERE a.id = d.id
+
+-- name: lock_subject_lanes
+-- Erasure takes the lanes of the subject's actions before it deletes them, in key order, as a
+-- claim and a settle do (the lane, then its actions): the other way round, an erasure and a
+-- claim of the same lane could each wait for the other.
+SELECT l.lane_key
+  FROM {schema}.action_lane l
+ WHERE l.lane_key IN (SELECT a.lane_key FROM {schema}.agent_action a
+                       WHERE a.subject_account_id = %(subject)s)
+ ORDER BY l.lane_key
+   FOR NO KEY UPDATE OF l
+
+-- name: lock_action_lane
+-- An operator's cancel takes the action's lane before the action, for the same reason.
+SELECT l.lane_key
+  FROM {schema}.action_lane l
+ WHERE l.lane_key = (SELECT a.lane_key FROM {schema}.agent_action a WHERE a.id = %(id)s)
+   FOR NO KEY UPDATE OF l
 
 -- name: erase_subject
 DELETE FROM {schema}.agent_action
