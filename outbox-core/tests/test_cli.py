@@ -163,6 +163,30 @@ def test_cancelling_a_started_action_is_refused(noop_installed: OutboxTestDataba
     assert snapshot(db) == before
 
 
+def test_cancelling_an_action_whose_write_started_is_refused(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    """Admitted again by a deferral after a Reread, with its write started: the effect may
+    exist, so it is read back, not cancelled."""
+    db = noop_installed
+    action_id = enqueue(db, "written")
+    db.execute(
+        "UPDATE {schema}.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, lease_until = now() + interval '1 min'"
+    )
+    db.execute(
+        "UPDATE {schema}.agent_action SET write_started_at = now() WHERE id = %s", (action_id,)
+    )
+    db.execute(
+        "UPDATE {schema}.agent_action SET state = 'ADMITTED', lease_until = NULL WHERE id = %s",
+        (action_id,),
+    )
+    before = snapshot(db)
+    result = outbox(db, "cancel", str(action_id))
+    assert result.exit_code == 1
+    assert f"action {action_id} waits out a deferral after its write started" in result.output
+    assert snapshot(db) == before
+
+
 def test_no_database_configured_is_a_clear_error() -> None:
     result = CliRunner().invoke(main, ["status"], env={"OUTBOX_DATABASE_URL": ""})
     assert result.exit_code == 2

@@ -6,6 +6,8 @@ import asyncio
 from datetime import timedelta
 from typing import Any, ClassVar
 
+import pytest
+
 from outbox_core import (
     ActionAttempt,
     ActionRequest,
@@ -16,6 +18,7 @@ from outbox_core import (
     StopReason,
 )
 from outbox_core.erasure import erase_subject
+from outbox_core.lane_locks import LocksBusy
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import AtMostOnceAdapter, NoopAdapter, ScriptedAdapter
@@ -339,7 +342,7 @@ async def test_an_erasure_beside_a_claim_of_the_same_lane_does_not_deadlock(
 
     conn = await db.aconnect()
     async with conn:
-        paused = _PauseAfter(conn, db.outbox.queries["erase_subject"], claim_meanwhile)
+        paused = _PauseAfter(conn, db.outbox.queries["erase_actions"], claim_meanwhile)
         try:
             report = await erase_subject(paused, "person-7", outbox=db.outbox)
             await conn.commit()
@@ -353,3 +356,94 @@ async def test_an_erasure_beside_a_claim_of_the_same_lane_does_not_deadlock(
     await db.adrain()
     assert [c["id"] for c in ScriptedAdapter.calls] == [behind]
     assert db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE id = %s", (erased,)) == 0
+
+
+async def test_an_erasure_beside_an_attempt_that_enqueues_into_its_lane_does_not_deadlock(
+    db: OutboxTestDatabase,
+) -> None:
+    """A running attempt's transaction holds its action's row and enqueues a follow-up into
+    the same lane. An erasure that held the lane while it waited for that row met the enqueue
+    waiting for the lane. It now lets the lane go while the row is busy, and tries again."""
+    holding, go_on = asyncio.Event(), asyncio.Event()
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        async with attempt.transaction() as conn:
+            holding.set()
+            await go_on.wait()
+            await db.outbox.aenqueue(conn, ActionRequest("TEST_NOOP", "lane", "follow-up"))
+        return Done()
+
+    ScriptedAdapter.script = run
+    erased = enqueue(db, "erased", subject_account_id="person-3")
+    async with db.executor() as executor:
+        rows, _ = await executor._claim(10)
+        attempts = executor._dispatch(rows)
+        await asyncio.wait_for(holding.wait(), 10)
+
+        async def erase() -> Any:
+            conn = await db.aconnect()
+            async with conn:
+                report = await erase_subject(conn, "person-3", outbox=db.outbox)
+                await conn.commit()
+                return report
+
+        erasure = asyncio.create_task(erase())
+        await asyncio.sleep(0.3)  # the erasure finds the row busy and keeps trying
+        go_on.set()
+        report, *_ = await asyncio.wait_for(asyncio.gather(erasure, *attempts), 20)
+    assert report.actions == 1
+    assert db.rows("SELECT idempotency_key FROM {schema}.agent_action ORDER BY id") == [
+        ("follow-up",)
+    ]
+    assert db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE id = %s", (erased,)) == 0
+
+
+async def test_a_cancel_waits_for_a_busy_action_without_holding_its_lane_and_then_gives_up(
+    db: OutboxTestDatabase,
+) -> None:
+    ScriptedAdapter.script = done
+    action_id = enqueue(db, "busy")
+    with db.connect() as holder:
+        holder.execute(
+            f'SELECT 1 FROM "{db.schema}".agent_action WHERE id = %s FOR SHARE',
+            (action_id,),
+        )
+        conn = await db.aconnect()
+        async with conn:
+            with pytest.raises(LocksBusy, match=f"cancel of action {action_id}"):
+                await db.outbox.cancel(conn, action_id, lock_wait_seconds=0.3)
+            # Nothing was changed, and the lane was let go: the holder can enqueue into it.
+            holder.execute("SET lock_timeout = '2s'")
+            db.outbox.enqueue(holder, ActionRequest("TEST_NOOP", "lane", "behind"))
+            await conn.rollback()
+            cancelling = asyncio.create_task(db.outbox.cancel(conn, action_id))
+            await asyncio.sleep(0.2)
+            holder.commit()
+            cancelled = await asyncio.wait_for(cancelling, 10)
+            await conn.commit()
+    assert cancelled is not None and cancelled.id == action_id
+    assert db.rows("SELECT idempotency_key, state FROM {schema}.agent_action ORDER BY id") == [
+        ("busy", "CANCELLED"),
+        ("behind", "ADMITTED"),
+    ]
+
+
+async def test_two_run_nows_of_one_action_both_return(db: OutboxTestDatabase) -> None:
+    release = asyncio.Event()
+
+    async def slow(attempt: ActionAttempt) -> AdapterResult:
+        await release.wait()
+        return Done()
+
+    ScriptedAdapter.script = slow
+    action_id = enqueue(db, "once")
+    async with db.executor() as executor:
+        first = asyncio.create_task(executor.run_now(action_id))
+        for _ in range(250):
+            if ScriptedAdapter.calls:
+                break
+            await asyncio.sleep(0.02)
+        assert await asyncio.wait_for(executor.run_now(action_id), 5) is None  # it is busy
+        release.set()
+        action = await asyncio.wait_for(first, 5)
+    assert action is not None and str(action.state) == "DONE"

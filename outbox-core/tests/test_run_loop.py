@@ -193,3 +193,29 @@ async def test_a_stop_while_a_chaining_batch_is_written_waits_for_the_heads_it_c
     await executor.close()
     assert Effect.runs == [(second, False)]
     assert db.rows("SELECT state FROM {schema}.agent_action ORDER BY id") == [("DONE",), ("DONE",)]
+
+
+async def test_close_lowers_the_lanes_that_were_held_when_their_heads_ended(
+    db: OutboxTestDatabase,
+) -> None:
+    """An ending whose lane another transaction held leaves the lane to be lowered later (the
+    relower loop, which backs off). close() cancels that loop; it now makes one last try, so
+    the next head does not wait for the ended head's lease (300 s here)."""
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "held", "first"))
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "held", "second"))
+        conn.commit()
+    executor = db.executor(lease_seconds=300.0)
+    await executor.open()
+    rows, _ = await executor._claim(10)
+    assert [row[5] for row in rows if row[0] == "claim"] == ["first"]
+    with db.connect() as holder:
+        holder.execute(
+            f"SELECT 1 FROM \"{db.schema}\".action_lane WHERE lane_key = 'held' FOR UPDATE"
+        )
+        await asyncio.gather(*executor._dispatch(rows))
+        await executor._ender.idle()  # written; the lane was skipped and waits to be lowered
+        await asyncio.sleep(1.5)  # the relower loop has backed off
+        holder.commit()
+    await executor.close()
+    assert db.scalar("SELECT next_at <= now() FROM {schema}.action_lane WHERE lane_key = 'held'")

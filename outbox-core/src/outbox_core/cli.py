@@ -302,6 +302,9 @@ def cancel(state: State, action_id: int) -> None:
     url = state.require_url()
     outbox = state.outbox()
 
+    from .action import Action
+    from .states import ActionState
+
     async def go() -> Any:
         async with aconnected(url) as conn:
             cancelled = await outbox.cancel(conn, action_id)
@@ -311,8 +314,14 @@ def cancel(state: State, action_id: int) -> None:
                 await conn.rollback()
                 if row is None:
                     fail(f"no action {action_id}")
+                action = Action.from_row(row)
+                if action.state == ActionState.ADMITTED and action.write_started_at is not None:
+                    fail(
+                        f"action {action_id} waits out a deferral after its write started (the "
+                        "effect may exist): it is read back, not cancelled"
+                    )
                 fail(
-                    f"action {action_id} is {row[7]}: only an action that has not started "
+                    f"action {action_id} is {action.state}: only an action that has not started "
                     "(PROPOSED or ADMITTED) can be cancelled"
                 )
             await conn.commit()

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from .action import Action
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
+from .lane_locks import lanes_first
 from .plugins import PluginHost, load_plugins
 from .registry import KindRegistry, RegisteredKind
 from .requests import ActionRequest, Enqueued
@@ -304,20 +305,37 @@ class Outbox:
         conn: AsyncConnection[Any],
         action_id: int,
         reason: str = StopReason.OPERATOR_CANCELLED,
+        *,
+        lock_wait_seconds: float = 30.0,
     ) -> Action | None:
         """End an action that has not started (PROPOSED or ADMITTED) as CANCELLED, calling its
         kind's ``ended`` in ``conn``'s transaction. None when it has started or ended (an
-        admitted action whose write started, waiting out a deferral, has started)."""
-        # The lane first, then the action: the order of a claim and a settle (see the query).
-        await conn.execute(self.queries["lock_action_lane"], {"id": action_id})
-        cursor = await conn.execute(
-            self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
+        admitted action whose write started, waiting out a deferral, has started).
+
+        The lane is taken before the action, and an action that another transaction holds is
+        waited for without holding the lane (see :mod:`outbox_core.lane_locks`), for up to
+        ``lock_wait_seconds``; then :class:`~outbox_core.lane_locks.LocksBusy` is raised."""
+
+        async def cancel_action() -> tuple[Any, ...] | None:
+            await conn.execute(self.queries["lock_action_lane"], {"id": action_id})
+            await conn.execute(self.queries["lock_action"], {"id": action_id})
+            cursor = await conn.execute(
+                self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
+            )
+            row = await cursor.fetchone()
+            if row is not None:
+                await conn.execute(self.queries["lower_lanes_wait"], {"lanes": [row[3]]})
+            return row
+
+        row = await lanes_first(
+            conn,
+            cancel_action,
+            what=f"cancel of action {action_id}",
+            wait_seconds=lock_wait_seconds,
         )
-        row = await cursor.fetchone()
         if row is None:
             return None
         action = Action.from_row(row)
-        await conn.execute(self.queries["lower_lanes_wait"], {"lanes": [action.lane_key]})
         if action.kind in self.registry:
             adapter = self.registry.get(action.kind).adapter.build(self.settings)
             await adapter.ended(conn, action)

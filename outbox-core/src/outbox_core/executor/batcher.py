@@ -43,6 +43,7 @@ class Batcher(Generic[Item, Answer]):
         self._task: asyncio.Task[None] | None = None
         self._outstanding = 0
         self._idle = asyncio.Event()
+        self._delivered = asyncio.Event()
         self._closed = False
 
     def start(self) -> None:
@@ -91,6 +92,13 @@ class Batcher(Generic[Item, Answer]):
         not called yet)."""
         batches = [self._pending, self._serial, *self._writing.values()]
         return any(picks(item) for batch in batches for item, _ in batch)
+
+    async def written(self, picks: Callable[[Item], bool]) -> None:
+        """Wait until no item that ``picks`` accepts is queued or being written (unlike
+        :meth:`idle`, which a steady stream of other items may keep from ever coming)."""
+        while self.holds(picks):
+            self._delivered.clear()
+            await self._delivered.wait()
 
     async def idle(self) -> None:
         """Wait until every item posted so far has its answer."""
@@ -164,3 +172,4 @@ class Batcher(Generic[Item, Answer]):
             self._answered()
             if done is not None:
                 done(answer)
+        self._delivered.set()

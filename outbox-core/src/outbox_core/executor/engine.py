@@ -97,8 +97,6 @@ class Executor:
         # of endings written with chaining on, answering late) are left to their leases rather
         # than run on adapters that are being closed.
         self._accepting = True
-        # run_now's waits for one action's ending to be written, by action id.
-        self._end_waiters: dict[int, asyncio.Future[None]] = {}
         # Chained claims (see settle_v1) run only while the executor runs or drains, and
         # only for kinds without a slot limit.
         self._chaining = False
@@ -468,10 +466,6 @@ class Executor:
     def _ended_callback(self, ending: Ending) -> Callable[[bool | BaseException], None]:
         def check(answer: bool | BaseException) -> None:
             self._capacity.set()  # an ending written frees a place for the claim loop
-            if self._end_waiters:
-                waiter = self._end_waiters.pop(ending.action_id, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
             if isinstance(answer, BaseException):
                 action_event(
                     "action.end.failed",
@@ -672,9 +666,10 @@ class Executor:
                 self._relower[key] = _earlier(self._relower.get(key), *wish)
             self._schedule_relower()
         # The claim loop has something new to look at only where a freed lane was not chained:
-        # lowered for any executor, or (chained) left to a kind outside the chain's filter,
-        # such as a kind with a slot limit, whose lane the chained claim lowered to now.
-        if lowered or (chain and len(chained) < len(changed)):
+        # lowered for any executor, or (chained) left to one of this executor's kinds with a
+        # slot limit, which the chain's filter leaves out, and whose lane the chained claim
+        # lowered to now. (A lane left to another executor's kind waits for its poll.)
+        if lowered or (chain and self._limited and len(chained) < len(changed)):
             self._wake.set()
         self._tally.flush()
         return [ending.action_id in changed for ending in endings]
@@ -745,8 +740,14 @@ class Executor:
         while self._relower:
             await asyncio.sleep(delay)
             wanted, self._relower = self._relower, {}
-            async with self._pool().connection() as conn:
-                missed = await self._lower(conn, wanted)
+            try:
+                async with self._pool().connection() as conn:
+                    missed = await self._lower(conn, wanted)
+            except BaseException:
+                # Cancelled (close() takes over) or failed: the lanes still wait to be lowered.
+                for key, wish in wanted.items():
+                    self._relower[key] = _earlier(self._relower.get(key), *wish)
+                raise
             for key, wish in missed.items():
                 self._relower.setdefault(key, wish)
             if len(missed) < len(wanted):
@@ -802,15 +803,9 @@ class Executor:
             rows = await cursor.fetchall()
         # Wait for this action only: its attempt, then its ending's write (not for the other
         # attempts of a running executor, which may never all be done at once).
-        written = asyncio.get_running_loop().create_future()
-        self._end_waiters[action_id] = written
-        try:
-            started = self._dispatch([row for row in rows if row[0] != "visited"])
-            await asyncio.gather(*started, return_exceptions=True)
-            if self._ender.holds(lambda ending: ending.action_id == action_id):
-                await written
-        finally:
-            self._end_waiters.pop(action_id, None)
+        started = self._dispatch([row for row in rows if row[0] != "visited"])
+        await asyncio.gather(*started, return_exceptions=True)
+        await self._ender.written(lambda ending: ending.action_id == action_id)
         self._tally.flush()
         if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
             return None

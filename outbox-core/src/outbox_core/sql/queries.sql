@@ -258,9 +258,8 @@ WITH doomed AS (
 DELETE FROM {schema}.agent_action a USING doomed d WHERE a.id = d.id
 
 -- name: lock_subject_lanes
--- Erasure takes the lanes of the subject's actions before it deletes them, in key order, as a
--- claim and a settle do (the lane, then its actions): the other way round, an erasure and a
--- claim of the same lane could each wait for the other.
+-- Erasure takes the lanes of the subject's actions first, in key order, as a claim and a settle
+-- take a lane before its actions (see outbox_core/lane_locks.py).
 SELECT l.lane_key
   FROM {schema}.action_lane l
  WHERE l.lane_key IN (SELECT a.lane_key FROM {schema}.agent_action a
@@ -268,16 +267,30 @@ SELECT l.lane_key
  ORDER BY l.lane_key
    FOR NO KEY UPDATE OF l
 
+-- name: lock_subject_actions
+-- Then the subject's actions, without waiting: a running attempt's transaction or an ending
+-- that holds one may be about to wait for one of the lanes taken above.
+SELECT a.id, a.lane_key, a.state
+  FROM {schema}.agent_action a
+ WHERE a.subject_account_id = %(subject)s
+   FOR UPDATE NOWAIT
+
 -- name: lock_action_lane
--- An operator's cancel takes the action's lane before the action, for the same reason.
+-- An operator's cancel takes the action's lane first, then the action without waiting, for the
+-- same reasons.
 SELECT l.lane_key
   FROM {schema}.action_lane l
  WHERE l.lane_key = (SELECT a.lane_key FROM {schema}.agent_action a WHERE a.id = %(id)s)
    FOR NO KEY UPDATE OF l
 
--- name: erase_subject
+-- name: lock_action
+SELECT a.id FROM {schema}.agent_action a WHERE a.id = %(id)s FOR NO KEY UPDATE NOWAIT
+
+-- name: erase_actions
+-- The actions that lock_subject_actions locked (one enqueued since is not among them, as it
+-- would not be had it committed a moment later).
 DELETE FROM {schema}.agent_action
- WHERE subject_account_id = %(subject)s
+ WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, kind, lane_key, state
 
 -- name: make_due
