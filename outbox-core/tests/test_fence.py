@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
 
 from outbox_core import Abandoned, ActionAttempt, ActionRequest, AdapterResult, Done
 from outbox_core.attempt import LeaseLost
+from outbox_core.erasure import erase_subject
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import ScriptedAdapter
@@ -226,3 +229,137 @@ def test_most_fences_after_a_claim_are_hot_updates(db: OutboxTestDatabase) -> No
     assert updated == 2 * count, "a claim and a fence per action"
     # The claims change the state, so they are never HOT.
     assert hot >= count / 2, f"only {hot} of {count} fences were HOT updates"
+
+
+async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_without_the_margin(
+    db: OutboxTestDatabase,
+) -> None:
+    """Attempt A's action is being erased (an erasure holds its row, uncommitted) while an
+    unrelated attempt B fences in the same batch. One statement for the batch waited for the
+    erasure, and then passed B on the margin read when the statement began."""
+    arrived: list[str] = []
+    both, go = asyncio.Event(), asyncio.Event()
+    seen: dict[str, Any] = {}
+    background: list[asyncio.Task[Any]] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        arrived.append(attempt.idempotency_key)
+        if len(arrived) == 2:
+            both.set()
+        await both.wait()
+        if attempt.idempotency_key == "B":
+            db.execute(  # B: just over the margin of lease left
+                "UPDATE {schema}.agent_action SET lease_until = now() + interval '61.5 s' "
+                "WHERE id = %s",
+                (attempt.id,),
+            )
+            await go.wait()
+            started = time.monotonic()
+            seen["B"] = await attempt.fence().begin_write()
+            seen["B waited"] = time.monotonic() - started
+            seen["B left"] = db.scalar(
+                "SELECT extract(epoch FROM lease_until - clock_timestamp())::float8 "
+                "FROM {schema}.agent_action WHERE id = %s",
+                (attempt.id,),
+            )
+            return Done() if seen["B"] else Abandoned()
+        conn = await db.aconnect()
+        await erase_subject(conn, "person-1", outbox=db.outbox)
+
+        async def commit_later() -> None:
+            await asyncio.sleep(3.0)
+            await conn.commit()
+            await conn.close()
+
+        background.append(asyncio.create_task(commit_later()))
+        await asyncio.sleep(0.2)  # B has set its lease
+        go.set()
+        seen["A"] = await attempt.fence().begin_write()  # busy: asked again until it is gone
+        return Abandoned()
+
+    ScriptedAdapter.script = run
+    with db.connect() as conn:
+        db.outbox.enqueue(
+            conn, ActionRequest("TEST_SCRIPTED", "a", "A", subject_account_id="person-1")
+        )
+        db.outbox.enqueue(conn, ActionRequest("TEST_SCRIPTED", "b", "B"))
+        conn.commit()
+    await db.adrain()
+    await asyncio.gather(*background)
+    assert seen["A"] is False  # erased
+    assert seen["B"] is True and seen["B waited"] < 1.0 and seen["B left"] >= 59.0, seen
+
+
+async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim(
+    db: OutboxTestDatabase,
+) -> None:
+    """The transaction holds the action's row, which a reclaim waits for. A holder that stalls
+    inside it past the lease (a blocked event loop, a paused machine) held up another
+    replica's whole claim batch, and every enqueue into those lanes. The server now ends the
+    transaction once the lease is over."""
+    db.execute("CREATE TABLE public.domain_row (action_id bigint, note text)")
+    inside = asyncio.Event()
+    outcome: list[str] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.idempotency_key != "A" or attempt.epoch > 1:
+            return Done()
+        db.execute(
+            "UPDATE {schema}.agent_action SET lease_until = now() + interval '1 s' WHERE id = %s",
+            (attempt.id,),
+        )
+        try:
+            async with attempt.transaction() as conn:
+                await conn.execute(
+                    "INSERT INTO public.domain_row VALUES (%s, 'late')", (attempt.id,)
+                )
+                inside.set()
+                await asyncio.sleep(4)  # stalls past its lease, idle in its transaction
+        except LeaseLost as exc:
+            outcome.append(str(exc))
+        return Abandoned()
+
+    ScriptedAdapter.script = run
+    enqueue(db, lane="a", key="A")
+    holder = asyncio.create_task(db.adrain())
+    await asyncio.wait_for(inside.wait(), 10)
+    enqueue(db, lane="b", key="B")  # an unrelated lane
+    db.execute("UPDATE {schema}.action_lane SET next_at = now()")
+    await asyncio.sleep(1.5)  # A's lease is over
+    async with db.executor() as other:
+        started = time.monotonic()
+        rows, _ = await other._claim(10)
+        took = time.monotonic() - started
+        await asyncio.gather(*other._dispatch(rows))
+        await other.settle()
+    await holder
+    assert took < 1.5, f"the other replica's claim waited {took:.1f} s"
+    assert sorted((row[0], row[5]) for row in rows if row[0] != "visited") == [
+        ("claim", "B"),
+        ("reclaim", "A"),
+    ]
+    assert len(outcome) == 1 and "its lease ran out inside the transaction" in outcome[0]
+    assert db.rows("SELECT * FROM public.domain_row") == []
+
+
+async def test_a_domain_transaction_is_refused_once_the_lease_is_over(
+    db: OutboxTestDatabase,
+) -> None:
+    raised: list[str] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        db.execute(
+            "UPDATE {schema}.agent_action SET lease_until = now() - interval '1 s' WHERE id = %s",
+            (attempt.id,),
+        )
+        try:
+            async with attempt.transaction():
+                pass
+        except LeaseLost as exc:
+            raised.append(str(exc))
+        return Abandoned()
+
+    ScriptedAdapter.script = run
+    enqueue(db)
+    await db.adrain()
+    assert raised and "its lease is over" in raised[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,8 +11,9 @@ from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Failed
+from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Done, Failed, Retry
 from outbox_core.observability import Tally
+from outbox_core.status import collect_status
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import ScriptedAdapter
@@ -142,3 +144,48 @@ def test_a_tally_adds_each_series_once_when_flushed() -> None:
     assert delta(before, totals("tally.test")) == expected
     tally.flush()  # nothing gathered since: nothing added
     assert delta(before, totals("tally.test")) == expected
+
+
+async def test_lanes_blocked_counts_a_head_that_a_chained_claim_found(
+    db: OutboxTestDatabase,
+) -> None:
+    """A chained claim leaves the lane row alone seven times in eight, so action_lane.head_id
+    may still name the ended head. The gauge took the head from head_id alone, found it
+    ended, and missed the lane; it now finds the head as the claim does."""
+    lanes = 24
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.idempotency_key.endswith("-0"):
+            return Done()
+        return Retry(timedelta(hours=1))  # the next head waits out a backoff
+
+    ScriptedAdapter.script = run
+    with db.connect() as conn:
+        db.outbox.enqueue_many(
+            conn,
+            [
+                ActionRequest("TEST_SCRIPTED", f"lane-{lane}", f"l{lane}-{index}")
+                for lane in range(lanes)
+                for index in range(3)
+            ],
+        )
+        conn.commit()
+    async with db.executor() as executor:
+        await executor.drain()
+        assert (
+            db.scalar(
+                "SELECT count(*) FROM {schema}.agent_action WHERE state = 'ADMITTED' "
+                "AND due_at > now() + interval '50 minutes'"
+            )
+            == lanes
+        )
+        stale = db.scalar(
+            "SELECT count(*) FROM {schema}.action_lane l JOIN {schema}.agent_action a "
+            "ON a.id = l.head_id WHERE a.state = 'DONE'"
+        )
+        assert stale > 0  # the case this test is about
+        snapshot = await executor.sample_backlog()
+    assert snapshot.lanes_blocked == {"TEST_SCRIPTED": lanes}
+    with db.connect() as conn:
+        report = collect_status(conn, db.outbox)
+    assert {status.kind: status.lanes_blocked for status in report.kinds}["TEST_SCRIPTED"] == lanes

@@ -51,8 +51,10 @@ class ActionAdapter(abc.ABC):
     """False: the retention sweep leaves ended actions of this kind to the kind's own event."""
     stop_reasons: ClassVar[frozenset[str]] = frozenset()
     """Stop reasons this kind uses beyond the core's (``StopReason``)."""
-    max_concurrency: ClassVar[int | None] = None
-    """Attempts of this kind running at once in one executor (None: only the global limit)."""
+    max_concurrency: int | None = None
+    """Attempts of this kind running at once in one executor (None: only the global limit).
+    A class value, or set by an adapter instance from its settings (the executor reads the
+    built adapter's)."""
     retry_base: ClassVar[timedelta] = timedelta(seconds=5)
     retry_cap: ClassVar[timedelta] = timedelta(minutes=30)
     default_max_attempts: ClassVar[int] = 5

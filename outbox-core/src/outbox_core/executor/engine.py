@@ -76,7 +76,8 @@ class Executor:
         self._tally = Tally()
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         parallel = self.settings.batches_in_flight
-        self._fencer: Batcher[tuple[int, int], bool] = Batcher(
+        # A fence's answer: passed, refused, or None while another transaction holds the row.
+        self._fencer: Batcher[tuple[int, int], bool | None] = Batcher(
             self._flush_fences, parallel=parallel, name="outbox-fencer"
         )
         self._ender: Batcher[Ending, bool] = Batcher(
@@ -98,18 +99,9 @@ class Executor:
         # than run on adapters that are being closed.
         self._accepting = True
         # Chained claims (see settle_v1) run only while the executor runs or drains, and
-        # only for kinds without a slot limit.
+        # only for kinds without a slot limit (known once the adapters are built: open()).
         self._chaining = False
-        unlimited = [
-            kind
-            for kind in self.kinds
-            if not (
-                self.settings.kind_concurrency.get(kind)
-                or self.entries[kind].adapter.max_concurrency
-            )
-        ]
-        self._chain_filter = registry.filter(unlimited) if unlimited else None
-        self._limited = frozenset(self.kinds) - set(unlimited)
+        self._plan_limits(lambda kind: self.entries[kind].adapter.max_concurrency)
         self._hooked: dict[str, bool] = {}
         self._blocked_counted_at: float | None = None
         self._lanes_blocked: dict[str, int] = {}
@@ -131,6 +123,7 @@ class Executor:
             await self.pool.open(wait=True, timeout=30)
         for kind in self.kinds:
             self.adapter(kind)
+        self._plan_limits(lambda kind: self.adapter(kind).max_concurrency)
         if self._watchdog_task is None:
             self._watchdog_task = asyncio.create_task(self._watchdog(), name="outbox-watchdog")
 
@@ -181,6 +174,17 @@ class Executor:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def _plan_limits(self, adapter_limit: Callable[[str], int | None]) -> None:
+        """Which kinds have a slot limit (the settings' or the adapter's), and the filter of
+        the chained claims, which leave those kinds to the claim loop."""
+        unlimited = [
+            kind
+            for kind in self.kinds
+            if not (self.settings.kind_concurrency.get(kind) or adapter_limit(kind))
+        ]
+        self._chain_filter = self.outbox.registry.filter(unlimited) if unlimited else None
+        self._limited = frozenset(self.kinds) - set(unlimited)
 
     def adapter(self, kind: str) -> ActionAdapter:
         adapter = self._adapters.get(kind)
@@ -386,6 +390,9 @@ class Executor:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def _attempt(self, claimed: ClaimedAction) -> None:
+        # The lease began at the claim, before this task ran: the watchdog counts from here,
+        # not from after a wait for the kind's slots.
+        claimed_at = time.monotonic()
         entry = self.entries[claimed.kind]
         adapter = self.adapter(claimed.kind)
         try:
@@ -415,7 +422,7 @@ class Executor:
         assert task is not None
         # The provider call must end inside the lease: the watchdog cancels an attempt that
         # outlives it (one timer for all attempts instead of one each).
-        self._deadlines[task] = time.monotonic() + max(self.settings.lease_seconds - 1.0, 1.0)
+        self._deadlines[task] = claimed_at + max(self.settings.lease_seconds - 1.0, 1.0)
         try:
             result = await adapter.execute(attempt)
         except asyncio.CancelledError:
@@ -438,6 +445,7 @@ class Executor:
             )
         finally:
             self._deadlines.pop(task, None)
+            self._overdue.discard(task)  # also when the adapter swallowed the cancellation
             egress_reset(token)
             if slots is not None:
                 slots.release()
@@ -555,35 +563,78 @@ class Executor:
     # -- the write fence -----------------------------------------------------------------------
 
     async def begin_write(self, action_id: int, epoch: int) -> bool:
-        return await self._fencer.submit((action_id, epoch))
+        pause = 0.02
+        while True:
+            answer = await self._fencer.submit((action_id, epoch))
+            if answer is not None:
+                return answer
+            # Another transaction holds the row (an erasure that will delete it, most often):
+            # ask again, alone, without holding up the other fences; the margin refuses it
+            # once too little of the lease is left.
+            await asyncio.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, 1.0)
 
-    async def _flush_fences(self, requests: Sequence[tuple[int, int]]) -> list[bool]:
+    async def _flush_fences(self, requests: Sequence[tuple[int, int]]) -> list[bool | None]:
+        margin = self.settings.fence_margin_seconds
         params = {
             "ids": [action_id for action_id, _ in requests],
             "epochs": [epoch for _, epoch in requests],
-            "margin": self.settings.fence_margin_seconds,
+            "margin": margin,
         }
         async with self._pool().connection() as conn:
             # Planned for each batch, never prepared: a generic plan does not know the batch
             # size, and it chose to scan every executing action (through the partial index of
             # executing lanes) once for each fence: 120 us a fence with a thousand running.
             cursor = await conn.execute(self.queries["begin_write"], params, prepare=False)
-            passed = {row[0] for row in await cursor.fetchall()}
-        return [action_id in passed for action_id, _ in requests]
+            # (id, None): passed; (id, seconds of lease left): busy, held by another transaction;
+            # not returned: refused.
+            rows: dict[int, float | None] = dict(await cursor.fetchall())
+
+        def answer(action_id: int) -> bool | None:
+            if action_id not in rows:
+                return False
+            left = rows[action_id]
+            if left is None:
+                return True
+            return None if left >= margin else False
+
+        return [answer(action_id) for action_id, _ in requests]
 
     @asynccontextmanager
     async def lease_transaction(
         self, action_id: int, epoch: int
     ) -> AsyncIterator[AsyncConnection[Any]]:
-        async with self._pool().connection() as conn, conn.transaction():
-            cursor = await conn.execute(
-                self.queries["hold_lease"], {"id": action_id, "epoch": epoch}
-            )
-            if await cursor.fetchone() is None:
+        async with self._pool().connection() as conn:
+            try:
+                async with conn.transaction():
+                    cursor = await conn.execute(
+                        self.queries["hold_lease"], {"id": action_id, "epoch": epoch}
+                    )
+                    row = await cursor.fetchone()
+                    if row is None:
+                        raise LeaseLost(
+                            f"action {action_id}: epoch {epoch} no longer holds it, or its lease "
+                            "is over; nothing was written"
+                        )
+                    # The transaction holds the action's row, which a reclaim must wait for, so
+                    # it may not outlive the lease, even if this process stalls: the server ends
+                    # a statement, and the session of a transaction left idle, once the lease is
+                    # over.
+                    left = f"{max(int(row[0]), 1)}ms"
+                    await conn.execute("SELECT set_config('statement_timeout', %s, true)", (left,))
+                    await conn.execute(
+                        "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                        (left,),
+                    )
+                    yield conn
+            except (
+                psycopg.errors.IdleInTransactionSessionTimeout,
+                psycopg.errors.QueryCanceled,
+            ) as exc:
                 raise LeaseLost(
-                    f"action {action_id}: epoch {epoch} no longer holds it; nothing was written"
-                )
-            yield conn
+                    f"action {action_id}: its lease ran out inside the transaction, which the "
+                    f"server ended ({exc.diag.message_primary}); nothing was written"
+                ) from exc
 
     # -- endings -------------------------------------------------------------------------------
 
@@ -820,7 +871,7 @@ class Executor:
         await self.open()
         deadline = time.monotonic() + timeout
         async with self._pool().connection() as conn:
-            await conn.execute(self.queries["make_due"])
+            await conn.execute(self.queries["make_due"], self._filter_params())
         await self.sweep_expired()
         ran = 0
         self._chaining = True
@@ -828,10 +879,16 @@ class Executor:
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"drain() did not finish within {timeout} s")
-                rows, visited = await self._claim(self.settings.claim_batch)
-                self._dispatch(rows)
+                # Kind by kind where a kind has a slot limit, as the run loop claims: an
+                # attempt claimed beyond its kind's slots would wait for one while its lease
+                # runs down.
+                found = False
+                for kinds, group_limit in self._claim_groups(self.settings.claim_batch):
+                    rows, visited = await self._claim(group_limit, kinds)
+                    self._dispatch(rows)
+                    found = found or bool(rows) or visited > 0
                 ran += await self.settle()
-                if not rows and visited == 0:
+                if not found:
                     return ran
         finally:
             self._chaining = False

@@ -179,18 +179,42 @@ SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_a
 -- The write fence of many running attempts in one short transaction. An attempt passes only
 -- while it still holds the claim (same epoch, still executing; an erased action is gone) and
 -- at least the margin of its lease is left, so its provider call ends inside the lease.
-UPDATE {schema}.agent_action a
-   SET write_started_at = coalesce(a.write_started_at, now())
-  FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
- WHERE a.id = f.id AND a.epoch = f.epoch AND a.state = 'EXECUTING'
-   AND a.lease_until >= now() + make_interval(secs => %(margin)s)
-RETURNING a.id
+-- Rows that another transaction holds (an erasure not yet committed, a domain transaction) are
+-- skipped, not waited for: one busy row held up every fence of the batch, and the margin,
+-- read from the statement's start, then passed fences whose lease had run down meanwhile.
+-- Each is returned with the seconds of lease it has left, and asked for again alone.
+-- Returns (id, NULL) for each fence that passed, (id, seconds left) for each busy row; an
+-- action not returned was refused.
+WITH f AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
+), free AS (
+    SELECT a.id
+      FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
+     WHERE a.state = 'EXECUTING'
+       FOR NO KEY UPDATE OF a SKIP LOCKED
+), fenced AS (
+    UPDATE {schema}.agent_action a
+       SET write_started_at = coalesce(a.write_started_at, now())
+      FROM free
+     WHERE a.id = free.id
+       AND a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s)
+    RETURNING a.id
+)
+SELECT id, NULL::float8 FROM fenced
+UNION ALL
+SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8
+  FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
+ WHERE a.state = 'EXECUTING'
+   AND NOT EXISTS (SELECT 1 FROM free WHERE free.id = a.id)
 
 -- name: hold_lease
 -- Opens an adapter's domain transaction under its lease: the row lock keeps any other claim
--- out until the transaction ends, and no row means the epoch moved on.
-SELECT 1 FROM {schema}.agent_action
+-- out until the transaction ends, and no row means the epoch moved on or the lease is over.
+-- Returns the lease's milliseconds left, which bound how long the transaction may live.
+SELECT floor(extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint
+  FROM {schema}.agent_action
  WHERE id = %(id)s AND epoch = %(epoch)s AND state = 'EXECUTING'
+   AND lease_until > clock_timestamp()
    FOR SHARE
 
 -- name: settle
@@ -294,13 +318,17 @@ DELETE FROM {schema}.agent_action
 RETURNING id, kind, lane_key, state
 
 -- name: make_due
--- drain(): every waiting action is due now, and every lease that a Reread set runs out now.
+-- drain(): every waiting action is due now, and every lease that a Reread set, on a row this
+-- build decodes, runs out now. Not every executing lease: an attempt that another executor is
+-- running (a newer build's among them) would be reclaimed under it.
 WITH due AS (
     UPDATE {schema}.agent_action SET due_at = now()
      WHERE state = 'ADMITTED' AND due_at > now()
 ), leases AS (
-    UPDATE {schema}.agent_action SET lease_until = now()
-     WHERE state = 'EXECUTING' AND lease_until > now()
+    UPDATE {schema}.agent_action a SET lease_until = now()
+     WHERE a.state = 'EXECUTING' AND a.lease_until > now() AND a.last_result = 'Reread'
+       AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
+                                 %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
 )
 UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
  WHERE next_at IS NOT NULL AND next_at > now()
@@ -327,9 +355,11 @@ SELECT kind, count(*) FROM {schema}.agent_action
 -- name: blocked_lanes
 -- Lanes whose head waits (a retry backoff, a deferral, a row this build cannot decode) with an
 -- action behind it; "since" is when the first action behind the head was enqueued. The head
--- is the one the lane's last claim found (action_lane.head_id). Only lanes with two live
--- actions or more can be blocked: one pass over the live-lane index finds them, where a look
--- behind every lane's head cost a million index descents with a million lanes pending.
+-- is found as the claim finds it: the lane's executing action, else its first live action
+-- from action_lane.head_id on (which may lag behind: a chained claim leaves the lane row alone
+-- seven times in eight). Only lanes with two live actions or more can be blocked: one pass
+-- over the live-lane index finds them, where a look behind every lane's head cost a million
+-- index descents with a million lanes pending.
 WITH crowded AS MATERIALIZED (
     SELECT c.lane_key FROM {schema}.agent_action c
      WHERE c.state IN ('ADMITTED', 'EXECUTING')
@@ -348,10 +378,18 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS h
   JOIN LATERAL (
         SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
          WHERE l.lane_key = c.lane_key LIMIT 1) l ON true
+  LEFT JOIN LATERAL (
+        SELECT e.id FROM {schema}.agent_action e
+         WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
+  JOIN LATERAL (
+        SELECT f.id FROM {schema}.agent_action f
+         WHERE f.lane_key = l.lane_key AND f.state IN ('ADMITTED', 'EXECUTING')
+           AND f.id >= coalesce(l.head_id, 0)
+         ORDER BY f.id LIMIT 1) f ON true
   JOIN LATERAL (
         SELECT h.id, h.kind, h.state, h.due_at, h.payload, h.idempotency_key
           FROM {schema}.agent_action h
-         WHERE h.id = l.head_id LIMIT 1) h ON true
+         WHERE h.id = coalesce(x.id, f.id) LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
          WHERE w.lane_key = l.lane_key AND w.state IN ('ADMITTED', 'EXECUTING') AND w.id > h.id
