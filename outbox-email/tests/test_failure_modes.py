@@ -52,11 +52,13 @@ TABLE: dict[str, Row] = {
     "MAIL 421": Row(lambda s: s.reply("mail", 421), RETRIED, SENT_ON_SECOND, 1),
     "MAIL dropped": Row(lambda s: s.drop("mail"), RETRIED, SENT_ON_SECOND, 1),
     "MAIL stalled": Row(lambda s: s.stall("mail"), RETRIED, SENT_ON_SECOND, 1),
-    "MAIL 550": Row(
-        lambda s: s.reply("mail", 550), (FAILED, "SMTP_550", 1), (FAILED, "SMTP_550", 1), 0
-    ),
-    "MAIL 553": Row(
-        lambda s: s.reply("mail", 553), (FAILED, "SMTP_553", 1), (FAILED, "SMTP_553", 1), 0
+    # A 5xx to MAIL refuses the sender (a login the relay wants, a sender it does not take):
+    # configuration, retried; 552 and 555 refuse this email (its size, its parameters).
+    "MAIL 530": Row(lambda s: s.reply("mail", 530), RETRIED, SENT_ON_SECOND, 1),
+    "MAIL 550": Row(lambda s: s.reply("mail", 550), RETRIED, SENT_ON_SECOND, 1),
+    "MAIL 553": Row(lambda s: s.reply("mail", 553), RETRIED, SENT_ON_SECOND, 1),
+    "MAIL 552": Row(
+        lambda s: s.reply("mail", 552), (FAILED, "SMTP_552", 1), (FAILED, "SMTP_552", 1), 0
     ),
     "RCPT 450": Row(lambda s: s.reply("rcpt", 450), RETRIED, SENT_ON_SECOND, 1),
     "RCPT 451": Row(lambda s: s.reply("rcpt", 451), RETRIED, SENT_ON_SECOND, 1),

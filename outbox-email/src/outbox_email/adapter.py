@@ -69,6 +69,9 @@ KIND = "EMAIL"
 TAG, BODY = "notice", "event"
 INVALID_MESSAGE = "INVALID_MESSAGE"
 REFUSED_CODES = range(500, 600)
+# 5xx replies to MAIL that refuse this email itself (its declared size, its parameters): every
+# other 5xx to MAIL refuses the sender, and is retried.
+MESSAGE_REFUSED_AT_MAIL = frozenset({552, 555})
 NO_NOTICE = "outbox_email:none"
 
 
@@ -266,6 +269,9 @@ class EmailAdapter(ActionAdapter):
         fence_margin_seconds: float = 60.0,
     ) -> None:
         self.settings = settings if settings is not None else EmailSettings()
+        # No more attempts at once than connections: the others would wait for one before
+        # their fence while their lease runs down, and be abandoned.
+        self.max_concurrency = self.settings.max_connections
         if self.settings.send_timeout_seconds >= fence_margin_seconds:
             raise ConfigurationError(
                 f"OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS ({self.settings.send_timeout_seconds}) must "
@@ -397,6 +403,7 @@ class EmailAdapter(ActionAdapter):
                 logging.WARNING,
                 error=type(exc).__name__,
                 code=code,
+                detail=str(exc)[:300],  # the relay's or TLS's words, never the message
             )
             return Retry(why=f"connecting to the relay failed: {type(exc).__name__} {code or ''}")
         try:
@@ -440,6 +447,11 @@ class EmailAdapter(ActionAdapter):
             pool.release(connection, reusable=False)
             return self._answered(attempt, progress, exc.code)
         except (lib.SMTPException, OSError) as exc:  # disconnects and timeouts are OSErrors
+            pool.release(connection, reusable=False)
+            return self._lost(attempt, progress, exc)
+        except Exception as exc:
+            # Anything else (aiosmtplib refusing a value, say) before the content left is
+            # provably no delivery; after it, the relay may hold the email.
             pool.release(connection, reusable=False)
             return self._lost(attempt, progress, exc)
         except BaseException:
@@ -509,6 +521,15 @@ class EmailAdapter(ActionAdapter):
                 "email.smtp.retry", attempt, logging.WARNING, stage=progress.stage, code=code
             )
             return Retry(why=f"the relay answered {code} at {progress.stage}")
+        if progress.stage == "mail" and code not in MESSAGE_REFUSED_AT_MAIL:
+            # A 5xx to MAIL refuses the sender, not the email: a login the relay wants and did
+            # not get (530), a sender it does not accept (550, 553), a policy block (554). The
+            # relay's configuration or ours, as a failed login is, which a later attempt may
+            # find fixed; nothing was accepted.
+            self._event(
+                "email.smtp.sender_refused", attempt, logging.ERROR, stage=progress.stage, code=code
+            )
+            return Retry(why=f"the relay refused the sender with {code}")
         if code in REFUSED_CODES:
             self._event(
                 "email.smtp.refused", attempt, logging.WARNING, stage=progress.stage, code=code

@@ -88,6 +88,19 @@ class Unreachable:
             raise InvalidMail(f"Unreachable: the reason is one of {known}") from None
 
 
+def checked_address(value: str | Address, what: str) -> Address:
+    """``value`` as an :class:`Address` that SMTP can carry, whether a string or an Address
+    built by the caller: an Address skips no check that a string passes."""
+    if isinstance(value, Address):
+        name = value.display_name
+        if any(ord(char) < 32 or ord(char) == 127 for char in name):
+            raise InvalidMail(f"{what}: a display name may not contain control characters")
+        value = value.addr_spec
+        checked = parse_address(value, what)
+        return Address(display_name=name, username=checked.username, domain=checked.domain)
+    return parse_address(value, what)
+
+
 def parse_address(value: str, what: str) -> Address:
     """``"a@example.com"`` or ``"Display Name <a@example.com>"`` as an :class:`Address`;
     :class:`InvalidMail` when it is neither (messages never echo the value)."""
@@ -138,8 +151,7 @@ class Mail:
         if len(items) > MAX_RECIPIENTS:
             raise InvalidMail(f"to: at most {MAX_RECIPIENTS} recipients per email")
         recipients = tuple(
-            item if isinstance(item, Address) else parse_address(item, f"to[{index}]")
-            for index, item in enumerate(items)
+            checked_address(item, f"to[{index}]") for index, item in enumerate(items)
         )
         if not isinstance(subject, str) or "\r" in subject or "\n" in subject:
             raise InvalidMail("subject: a single line of text")
@@ -159,11 +171,11 @@ class Mail:
                 raise InvalidMail(f"headers: {name} is written by the adapter; leave it out")
             if not isinstance(value, str) or "\r" in value or "\n" in value:
                 raise InvalidMail(f"headers: the value of {name} must be one line of text")
-        reply = (
-            reply_to
-            if reply_to is None or isinstance(reply_to, Address)
-            else parse_address(reply_to, "reply_to")
-        )
+            # A header line may not exceed 998 characters (RFC 5322), and a run without spaces
+            # cannot be folded: a relay refuses the email, or splits the header.
+            if len(value) > 900 or any(len(word) > 900 - len(name) for word in value.split()):
+                raise InvalidMail(f"headers: the value of {name} is longer than 900 characters")
+        reply = None if reply_to is None else checked_address(reply_to, "reply_to")
         object.__setattr__(self, "to", recipients)
         object.__setattr__(self, "subject", subject)
         object.__setattr__(self, "text", text)
