@@ -203,9 +203,9 @@ WITH f AS (
 SELECT id, NULL::float8 FROM fenced
 UNION ALL
 SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8
-  FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
+  FROM (SELECT * FROM f WHERE f.id NOT IN (SELECT id FROM free)) busy  -- hashed, and first
+  JOIN {schema}.agent_action a ON a.id = busy.id AND a.epoch = busy.epoch
  WHERE a.state = 'EXECUTING'
-   AND NOT EXISTS (SELECT 1 FROM free WHERE free.id = a.id)
 
 -- name: hold_lease
 -- Opens an adapter's domain transaction under its lease: the row lock keeps any other claim
