@@ -219,3 +219,37 @@ async def test_close_lowers_the_lanes_that_were_held_when_their_heads_ended(
         holder.commit()
     await executor.close()
     assert db.scalar("SELECT next_at <= now() FROM {schema}.action_lane WHERE lane_key = 'held'")
+
+
+async def test_heads_claimed_after_the_shutdown_deadline_are_given_back_unstarted(
+    db: OutboxTestDatabase,
+) -> None:
+    """The deadline passes while the chaining batch is still written: its claimed head is not
+    run on adapters being closed, nor left EXECUTING to wait out its lease with its attempt
+    spent; it goes back to ADMITTED, due now, its attempt not counted."""
+    db.register_kind(SlowEnded)
+    db.register_kind(Effect)
+    SlowEnded.hook_started = asyncio.Event()
+    Effect.runs, Effect.closed = [], False
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_SLOW_ENDED", "lane", "first"))
+        second = db.outbox.enqueue(
+            conn, ActionRequest("TEST_EFFECT", "lane", "second", max_attempts=1)
+        ).id
+        conn.commit()
+    stop = asyncio.Event()
+    executor = db.executor(poll_seconds=0.2, shutdown_seconds=0.1)
+    runner = asyncio.create_task(executor.run(stop))
+    await asyncio.wait_for(SlowEnded.hook_started.wait(), 10)
+    stop.set()  # the 1 s hook outlasts the 0.1 s deadline
+    await runner
+    await executor.close()
+    assert Effect.runs == []
+    assert db.rows(
+        "SELECT state, attempt, due_at <= now() FROM {schema}.agent_action WHERE id = %s",
+        (second,),
+    ) == [("ADMITTED", 0, True)]
+    Effect.closed = False  # the next executor builds its own adapter
+    await db.adrain()  # another replica takes it: its one attempt is still there
+    assert Effect.runs == [(second, False)]
+    assert db.scalar("SELECT state FROM {schema}.agent_action WHERE id = %s", (second,)) == "DONE"

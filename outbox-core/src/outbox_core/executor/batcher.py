@@ -69,8 +69,9 @@ class Batcher(Generic[Item, Answer]):
         self, item: Item, done: Callable[[Answer | BaseException], None] | None = None
     ) -> None:
         """Queue ``item`` without waiting; ``done`` is called with its answer (or the error
-        that failed its batch) right after the batch was written, without a task switch."""
-        if self._closed:
+        that failed its batch) right after the batch was written, without a task switch.
+        While :meth:`close` still writes, items posted meanwhile are written too."""
+        if not self.accepting:
             raise RuntimeError(f"{self._name} is closed")
         self._pending.append((item, done))
         self._outstanding += 1
@@ -81,6 +82,11 @@ class Batcher(Generic[Item, Answer]):
         self._outstanding -= 1
         if self._outstanding == 0:
             self._idle.set()
+
+    @property
+    def accepting(self) -> bool:
+        """Whether :meth:`post` takes items: before :meth:`close`, and while it still writes."""
+        return not self._closed or (self._task is not None and not self._task.done())
 
     @property
     def outstanding(self) -> int:

@@ -341,8 +341,7 @@ class Executor:
 
     def _dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
         if not self._accepting:
-            if rows:
-                event("executor.claims.left", level=logging.WARNING, actions=len(rows))
+            self._give_back(rows)
             return []
         started = []
         for row in rows:
@@ -371,6 +370,25 @@ class Executor:
             task.add_done_callback(self._finished)
             started.append(task)
         return started
+
+    def _give_back(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Claims that arrived after a shutdown stopped waiting: not started. Each claimed
+        action goes back to ADMITTED, due now, its attempt not counted (as a Defer), so another
+        replica takes it at once; what cannot be given back is left to its lease."""
+        returned = 0
+        for row in rows:
+            if row[0] not in ATTEMPT_OPS or not self._ender.accepting:
+                continue
+            claimed = _claimed(row)
+            adapter = self._adapters.get(claimed.kind) or self.adapter(claimed.kind)
+            ending = decide(self._facts(claimed, adapter, fenced=False), Defer(timedelta(0)))
+            assert ending is not None  # a Defer always reschedules
+            self._ender.post(ending)
+            returned += 1
+        if returned:
+            event("executor.claims.returned", level=logging.INFO, actions=returned)
+        if len(rows) > returned:
+            event("executor.claims.left", level=logging.WARNING, actions=len(rows) - returned)
 
     def _release(self, kind: str, _task: asyncio.Task[None]) -> None:
         self._held[kind] -= 1
