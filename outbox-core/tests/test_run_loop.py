@@ -168,6 +168,31 @@ class Effect(ActionAdapter):
         Effect.closed = True
 
 
+async def stop_while_a_chaining_batch_is_written(
+    db: OutboxTestDatabase, **settings: object
+) -> tuple[Executor, int]:
+    """A lane of a SlowEnded action, then an Effect (one attempt); stop the executor while the
+    first action's ending, and the chained claim of the second, is being written. Returns the
+    stopped executor (not closed) and the second action's id."""
+    db.register_kind(SlowEnded)
+    db.register_kind(Effect)
+    SlowEnded.hook_started = asyncio.Event()
+    Effect.runs, Effect.closed = [], False
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_SLOW_ENDED", "lane", "first"))
+        second = db.outbox.enqueue(
+            conn, ActionRequest("TEST_EFFECT", "lane", "second", max_attempts=1)
+        ).id
+        conn.commit()
+    stop = asyncio.Event()
+    executor = db.executor(poll_seconds=0.2, **settings)
+    runner = asyncio.create_task(executor.run(stop))
+    await asyncio.wait_for(SlowEnded.hook_started.wait(), 10)
+    stop.set()
+    await runner
+    return executor, second
+
+
 async def test_a_stop_while_a_chaining_batch_is_written_waits_for_the_heads_it_claims(
     db: OutboxTestDatabase,
 ) -> None:
@@ -175,20 +200,7 @@ async def test_a_stop_while_a_chaining_batch_is_written_waits_for_the_heads_it_c
     back with the next heads of its lanes, claimed. They were started after the shutdown had
     stopped waiting, ran on closed adapters, and their endings failed on the closed ender: the
     actions stayed EXECUTING under a lease, to run again after it."""
-    db.register_kind(SlowEnded)
-    db.register_kind(Effect)
-    SlowEnded.hook_started = asyncio.Event()
-    Effect.runs, Effect.closed = [], False
-    with db.connect() as conn:
-        db.outbox.enqueue(conn, ActionRequest("TEST_SLOW_ENDED", "lane", "first"))
-        second = db.outbox.enqueue(conn, ActionRequest("TEST_EFFECT", "lane", "second")).id
-        conn.commit()
-    stop = asyncio.Event()
-    executor = db.executor(poll_seconds=0.2)
-    runner = asyncio.create_task(executor.run(stop))
-    await asyncio.wait_for(SlowEnded.hook_started.wait(), 10)
-    stop.set()  # while the first action's ending (and its chained claim) is being written
-    await runner
+    executor, second = await stop_while_a_chaining_batch_is_written(db)
     assert not executor._running
     await executor.close()
     assert Effect.runs == [(second, False)]
@@ -227,22 +239,8 @@ async def test_heads_claimed_after_the_shutdown_deadline_are_given_back_unstarte
     """The deadline passes while the chaining batch is still written: its claimed head is not
     run on adapters being closed, nor left EXECUTING to wait out its lease with its attempt
     spent; it goes back to ADMITTED, due now, its attempt not counted."""
-    db.register_kind(SlowEnded)
-    db.register_kind(Effect)
-    SlowEnded.hook_started = asyncio.Event()
-    Effect.runs, Effect.closed = [], False
-    with db.connect() as conn:
-        db.outbox.enqueue(conn, ActionRequest("TEST_SLOW_ENDED", "lane", "first"))
-        second = db.outbox.enqueue(
-            conn, ActionRequest("TEST_EFFECT", "lane", "second", max_attempts=1)
-        ).id
-        conn.commit()
-    stop = asyncio.Event()
-    executor = db.executor(poll_seconds=0.2, shutdown_seconds=0.1)
-    runner = asyncio.create_task(executor.run(stop))
-    await asyncio.wait_for(SlowEnded.hook_started.wait(), 10)
-    stop.set()  # the 1 s hook outlasts the 0.1 s deadline
-    await runner
+    # The 1 s hook outlasts the 0.1 s deadline.
+    executor, second = await stop_while_a_chaining_batch_is_written(db, shutdown_seconds=0.1)
     await executor.close()
     assert Effect.runs == []
     assert db.rows(

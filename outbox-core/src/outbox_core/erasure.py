@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from .outbox import Outbox
 
 
-_LIVE = ("ADMITTED", "EXECUTING")
+# The states that hold a place in a lane (a PROPOSED action holds none).
+_IN_A_LANE = ("ADMITTED", "EXECUTING")
 
 
 @runtime_checkable
@@ -71,14 +72,14 @@ async def erase_subject(
         actions = await cursor.fetchall()
         # A live action in a lane not taken above was enqueued meanwhile: start again, taking
         # its lane too, rather than wait for that lane while holding rows.
-        if any(row[1] not in locked for row in actions if row[2] in _LIVE):
+        if any(row[1] not in locked for row in actions if row[2] in _IN_A_LANE):
             raise LockAgain
         ids = [row[0] for row in actions]
         cursor = await conn.execute(outbox.queries["erase_actions"], {"ids": ids})
         deleted = await cursor.fetchall()
         # The lanes whose live actions were deleted (each taken above) are looked at again,
         # so that the actions behind a deleted head do not wait.
-        lanes = sorted({row[2] for row in deleted if row[3] in _LIVE})
+        lanes = sorted({row[2] for row in deleted if row[3] in _IN_A_LANE})
         if lanes:
             await conn.execute(outbox.queries["lower_lanes_wait"], {"lanes": lanes})
         return deleted

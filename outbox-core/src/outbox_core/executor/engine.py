@@ -380,10 +380,7 @@ class Executor:
             if row[0] not in ATTEMPT_OPS or not self._ender.accepting:
                 continue
             claimed = _claimed(row)
-            adapter = self._adapters.get(claimed.kind) or self.adapter(claimed.kind)
-            ending = decide(self._facts(claimed, adapter, fenced=False), Defer(timedelta(0)))
-            assert ending is not None  # a Defer always reschedules
-            self._ender.post(ending)
+            self._ender.post(self._deferral(claimed, self.adapter(claimed.kind), timedelta(0)))
             returned += 1
         if returned:
             event("executor.claims.returned", level=logging.INFO, actions=returned)
@@ -423,11 +420,7 @@ class Executor:
             action_event(
                 "action.undecodable", claimed.id, claimed.kind, level=logging.ERROR, error=str(exc)
             )
-            deferral = decide(
-                self._facts(claimed, adapter, fenced=False), Defer(timedelta(minutes=5))
-            )
-            assert deferral is not None  # a Defer always reschedules
-            await self._ender.submit(deferral)
+            await self._ender.submit(self._deferral(claimed, adapter, timedelta(minutes=5)))
             return
         attempt = ActionAttempt(claimed, self, body)
         slots = self._slots_for(claimed.kind)
@@ -511,6 +504,12 @@ class Executor:
                 )
 
         return check
+
+    def _deferral(self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta) -> Ending:
+        """The ending that puts a claimed action back, unstarted: a Defer, not counted."""
+        ending = decide(self._facts(claimed, adapter, fenced=False), Defer(after))
+        assert ending is not None  # a Defer always reschedules
+        return ending
 
     def _facts(
         self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool
@@ -639,10 +638,10 @@ class Executor:
                     # a statement, and the session of a transaction left idle, once the lease is
                     # over.
                     left = f"{max(int(row[0]), 1)}ms"
-                    await conn.execute("SELECT set_config('statement_timeout', %s, true)", (left,))
                     await conn.execute(
-                        "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
-                        (left,),
+                        "SELECT set_config('statement_timeout', %(left)s, true),"
+                        " set_config('idle_in_transaction_session_timeout', %(left)s, true)",
+                        {"left": left},
                     )
                     yield conn
             except (
