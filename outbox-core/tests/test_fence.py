@@ -328,9 +328,9 @@ async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim
     await asyncio.sleep(1.5)  # A's lease is over
     async with db.executor() as other:
         started = time.monotonic()
-        rows, _ = await other._claim(10)
+        rows, _ = await other.claims.claim(10)
         took = time.monotonic() - started
-        await asyncio.gather(*other._dispatch(rows))
+        await asyncio.gather(*other.attempts.dispatch(rows))
         await other.settle()
     await holder
     assert took < 1.5, f"the other replica's claim waited {took:.1f} s"

@@ -86,8 +86,8 @@ async def test_an_at_most_once_action_whose_lease_ran_out_after_its_write_starte
     AtMostOnceAdapter.script = fence_then_vanish
     action_id = enqueue(db, "once", kind="TEST_ONCE")
     async with db.executor() as executor:
-        rows, _ = await executor._claim(10)
-        await asyncio.gather(*executor._dispatch(rows), return_exceptions=True)
+        rows, _ = await executor.claims.claim(10)
+        await asyncio.gather(*executor.attempts.dispatch(rows), return_exceptions=True)
     assert db.scalar("SELECT state FROM {schema}.agent_action") == "EXECUTING"
     AtMostOnceAdapter.script = done
     await db.adrain()
@@ -376,8 +376,8 @@ async def test_an_erasure_beside_an_attempt_that_enqueues_into_its_lane_does_not
     ScriptedAdapter.script = run
     erased = enqueue(db, "erased", subject_account_id="person-3")
     async with db.executor() as executor:
-        rows, _ = await executor._claim(10)
-        attempts = executor._dispatch(rows)
+        rows, _ = await executor.claims.claim(10)
+        attempts = executor.attempts.dispatch(rows)
         await asyncio.wait_for(holding.wait(), 10)
 
         async def erase() -> Any:

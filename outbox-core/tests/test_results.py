@@ -226,9 +226,9 @@ async def test_each_result_moves_the_action_as_the_table_says(
     adapter.script = run
     action_id = enqueue(db, kind, max_attempts=max_attempts)
     async with db.executor() as executor:
-        rows, _ = await executor._claim(10)
+        rows, _ = await executor.claims.claim(10)
         assert [r[1] for r in rows] == [action_id]
-        await asyncio.gather(*executor._dispatch(rows))
+        await asyncio.gather(*executor.attempts.dispatch(rows))
     got = row(db, action_id)
     assert {key: got[key] for key in expected} == expected
     assert [e[0] for e in adapter.endings] == ([action_id] if ended else [])

@@ -201,7 +201,7 @@ async def test_a_stop_while_a_chaining_batch_is_written_waits_for_the_heads_it_c
     stopped waiting, ran on closed adapters, and their endings failed on the closed ender: the
     actions stayed EXECUTING under a lease, to run again after it."""
     executor, second = await stop_while_a_chaining_batch_is_written(db)
-    assert not executor._running
+    assert not executor.attempts.running
     await executor.close()
     assert Effect.runs == [(second, False)]
     assert db.rows("SELECT state FROM {schema}.agent_action ORDER BY id") == [("DONE",), ("DONE",)]
@@ -219,14 +219,14 @@ async def test_close_lowers_the_lanes_that_were_held_when_their_heads_ended(
         conn.commit()
     executor = db.executor(lease_seconds=300.0)
     await executor.open()
-    rows, _ = await executor._claim(10)
+    rows, _ = await executor.claims.claim(10)
     assert [row[5] for row in rows if row[0] == "claim"] == ["first"]
     with db.connect() as holder:
         holder.execute(
             f"SELECT 1 FROM \"{db.schema}\".action_lane WHERE lane_key = 'held' FOR UPDATE"
         )
-        await asyncio.gather(*executor._dispatch(rows))
-        await executor._ender.idle()  # written; the lane was skipped and waits to be lowered
+        await asyncio.gather(*executor.attempts.dispatch(rows))
+        await executor.endings.batcher.idle()  # written; the lane was skipped and waits to be lowered
         await asyncio.sleep(1.5)  # the relower loop has backed off
         holder.commit()
     await executor.close()

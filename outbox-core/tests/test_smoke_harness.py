@@ -33,8 +33,8 @@ async def test_drain_leaves_alone_an_attempt_that_another_executor_is_running(
         db.outbox.enqueue(conn, ActionRequest("TEST_SCRIPTED", "lane", "k"))
         conn.commit()
     async with db.executor() as holder:
-        rows, _ = await holder._claim(10)
-        attempts = holder._dispatch(rows)
+        rows, _ = await holder.claims.claim(10)
+        attempts = holder.attempts.dispatch(rows)
         await asyncio.wait_for(running.wait(), 10)
         await db.adrain()  # a test's drain beside it
         release.set()

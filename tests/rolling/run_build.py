@@ -30,8 +30,8 @@ async def main() -> None:
     async with Executor(outbox, args.url, settings=settings) as executor:
         # Not drain(): that makes leases run out, and this test owns the leases it set.
         for _ in range(5):
-            rows, _visited = await executor._claim(100)
-            executor._dispatch(rows)
+            rows, _visited = await executor.claims.claim(100)
+            executor.attempts.dispatch(rows)
             await executor.settle()  # the attempts and their endings
         await executor.sweep_expired()
         snapshot = await executor.sample_backlog()

@@ -1,0 +1,288 @@
+"""Running what a claim returned: one task per claimed action (an attempt through its adapter,
+or the ending of an action the claim found past its lease or expiry), the kinds' slots, and
+the watchdog that cancels an attempt outliving its lease. The only code that calls
+``ActionAdapter.execute``."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ..adapter import ActionAdapter, egress_reset, egress_token
+from ..attempt import ActionAttempt, ClaimedAction
+from ..errors import InvalidRequest
+from ..observability import action_event, event
+from ..results import AdapterResult, Defer, StopReason
+from ..states import ActionState
+from .endings import Endings
+from .fences import Fences
+from .outcomes import AttemptFacts, Ending, decide
+from .runtime import Runtime
+
+# The claim's ops that start an attempt; the others end the action (see _reap).
+ATTEMPT_OPS = frozenset({"claim", "reclaim"})
+
+
+class Attempts:
+    def __init__(self, runtime: Runtime, fences: Fences, endings: Endings) -> None:
+        self.rt = runtime
+        self.fences = fences
+        self.endings = endings
+        self.running: set[asyncio.Task[None]] = set()
+        self._held: dict[str, int] = {}
+        self._kind_slots: dict[str, asyncio.Semaphore | None] = {}
+        self._deadlines: dict[asyncio.Task[Any], float] = {}
+        self._overdue: set[asyncio.Task[Any]] = set()
+
+    def dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
+        """Start a task for each claimed row (claim_v1's rows); the tasks, to wait for."""
+        rt = self.rt
+        if not rt.accepting:
+            self._give_back(rows)
+            return []
+        started = []
+        for row in rows:
+            op = row[0]
+            claimed = claimed_action(row)
+            if op in ATTEMPT_OPS:
+                rt.tally.add(rt.instruments.claimed, ("kind", claimed.kind), ("op", op))
+                action_event(
+                    "action.claimed",
+                    claimed.id,
+                    claimed.kind,
+                    level=logging.DEBUG,
+                    epoch=claimed.epoch,
+                    attempt=claimed.attempt,
+                    op=op,
+                )
+                task = asyncio.create_task(
+                    self._attempt(claimed), name=f"outbox-attempt-{claimed.id}"
+                )
+                if claimed.kind in rt.limited:
+                    self._held[claimed.kind] = self._held.get(claimed.kind, 0) + 1
+                    task.add_done_callback(functools.partial(self._release, claimed.kind))
+            else:
+                task = asyncio.create_task(self._reap(op, row), name=f"outbox-reap-{claimed.id}")
+            self.running.add(task)
+            task.add_done_callback(self._finished)
+            started.append(task)
+        return started
+
+    def held(self, kind: str) -> int:
+        """How many attempts of a kind with a slot limit run or wait for a slot."""
+        return self._held.get(kind, 0)
+
+    def _give_back(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Claims that arrived after a shutdown stopped waiting: not started. Each claimed
+        action goes back to ADMITTED, due now, its attempt not counted (as a Defer), so another
+        replica takes it at once; what cannot be given back is left to its lease."""
+        returned = 0
+        for row in rows:
+            if row[0] not in ATTEMPT_OPS or not self.endings.batcher.accepting:
+                continue
+            claimed = claimed_action(row)
+            ending = self._deferral(claimed, self.rt.adapter(claimed.kind), timedelta(0))
+            self.endings.batcher.post(ending)
+            returned += 1
+        if returned:
+            event("executor.claims.returned", level=logging.INFO, actions=returned)
+        if len(rows) > returned:
+            event("executor.claims.left", level=logging.WARNING, actions=len(rows) - returned)
+
+    def _release(self, kind: str, _task: asyncio.Task[None]) -> None:
+        self._held[kind] -= 1
+        self.rt.wake.set()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        self.rt.capacity.set()
+        if not task.cancelled() and task.exception() is not None:
+            event(
+                "executor.task.failed",
+                level=logging.ERROR,
+                task=task.get_name(),
+                error=repr(task.exception()),
+            )
+
+    # -- one attempt -----------------------------------------------------------------------
+
+    async def _attempt(self, claimed: ClaimedAction) -> None:
+        rt = self.rt
+        # The lease began at the claim, before this task ran: the watchdog counts from here,
+        # not from after a wait for the kind's slots.
+        claimed_at = time.monotonic()
+        entry = rt.entries[claimed.kind]
+        adapter = rt.adapter(claimed.kind)
+        try:
+            body = entry.variants.decode(
+                claimed.payload, claimed.idempotency_key, kind=claimed.kind
+            )
+        except InvalidRequest as exc:
+            # The path filter let it through, so the kind and its variant are known; a payload
+            # that still does not decode is not failed here (a newer build may own it).
+            action_event(
+                "action.undecodable", claimed.id, claimed.kind, level=logging.ERROR, error=str(exc)
+            )
+            await self.endings.submit(self._deferral(claimed, adapter, timedelta(minutes=5)))
+            return
+        attempt = ActionAttempt(claimed, self.fences, body)
+        slots = self._slots_for(claimed.kind)
+        if slots is not None:
+            await slots.acquire()
+        started = time.perf_counter()
+        result: AdapterResult | BaseException
+        token = egress_token()
+        task = asyncio.current_task()
+        assert task is not None
+        # The provider call must end inside the lease: the watchdog cancels an attempt that
+        # outlives it (one timer for all attempts instead of one each).
+        self._deadlines[task] = claimed_at + max(rt.settings.lease_seconds - 1.0, 1.0)
+        try:
+            result = await adapter.execute(attempt)
+        except asyncio.CancelledError:
+            if task not in self._overdue:
+                raise
+            self._overdue.discard(task)
+            result = TimeoutError(
+                f"the attempt outlived its lease of {rt.settings.lease_seconds} s"
+            )
+            task.uncancel()
+        except Exception as exc:
+            result = exc
+            action_event(
+                "action.attempt.raised",
+                claimed.id,
+                claimed.kind,
+                level=logging.WARNING,
+                error=type(exc).__name__,
+                fenced=attempt.fenced,
+            )
+        finally:
+            self._deadlines.pop(task, None)
+            self._overdue.discard(task)  # also when the adapter swallowed the cancellation
+            egress_reset(token)
+            if slots is not None:
+                slots.release()
+        if isinstance(result, TimeoutError):
+            action_event(
+                "action.attempt.timed_out",
+                claimed.id,
+                claimed.kind,
+                level=logging.WARNING,
+                fenced=attempt.fenced,
+            )
+        rt.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
+        facts = self._facts(claimed, adapter, fenced=attempt.fenced)
+        ending = decide(facts, result)
+        result_name = ending.result if ending is not None else "Abandoned"
+        if isinstance(result, BaseException):
+            result_name = f"{result_name} (raised)"
+        rt.tally.add(rt.instruments.attempts, ("kind", claimed.kind), ("result", result_name))
+        if ending is None:
+            rt.tally.add(rt.instruments.fence_refused, ("kind", claimed.kind))
+            action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
+            return
+        # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
+        self.endings.post(ending)
+
+    def _deferral(self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta) -> Ending:
+        """The ending that puts a claimed action back, unstarted: a Defer, not counted."""
+        ending = decide(self._facts(claimed, adapter, fenced=False), Defer(after))
+        assert ending is not None  # a Defer always reschedules
+        return ending
+
+    def _facts(
+        self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool
+    ) -> AttemptFacts:
+        # Positional: a named tuple built from keywords takes half as long again.
+        return AttemptFacts(
+            claimed.id,
+            claimed.kind,
+            claimed.lane_key,
+            claimed.epoch,
+            claimed.attempt,
+            claimed.max_attempts,
+            self.rt.entries[claimed.kind].adapter.at_most_once,
+            fenced,
+            adapter.retry_base,
+            adapter.retry_cap,
+            claimed.write_started_at,
+        )
+
+    def _slots_for(self, kind: str) -> asyncio.Semaphore | None:
+        """The kind's slots, or None without a kind limit: the claim's size already bounds
+        what runs at once."""
+        try:
+            return self._kind_slots[kind]
+        except KeyError:
+            limit = self.rt.kind_limit(kind)
+            slots = asyncio.Semaphore(limit) if limit else None
+            self._kind_slots[kind] = slots
+            return slots
+
+    async def watchdog(self) -> None:
+        """Cancel attempts that outlive their lease (checked every second)."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for task, deadline in list(self._deadlines.items()):
+                if deadline <= now and task not in self._overdue:
+                    self._overdue.add(task)
+                    task.cancel()
+
+    # -- an action the claim found past its lease or expiry -------------------------------
+
+    async def _reap(self, op: str, row: tuple[Any, ...]) -> None:
+        """End an action the claim found past its lease or its expiry."""
+        claimed = claimed_action(row)
+        state = ActionState(row[8])
+        match op:
+            case "reap_lost":
+                target, reason = ActionState.UNCERTAIN, StopReason.LEASE_LOST_AFTER_WRITE
+            case "reap_exhausted" if claimed.write_started_at is not None:
+                target, reason = ActionState.UNCERTAIN, StopReason.ATTEMPTS_EXHAUSTED
+            case "reap_exhausted":
+                target, reason = ActionState.FAILED, StopReason.ATTEMPTS_EXHAUSTED
+            case "expire":
+                target, reason = ActionState.CANCELLED, StopReason.EXPIRED
+            case _:
+                raise AssertionError(op)
+        self.endings.post(
+            Ending(
+                claimed.id,
+                claimed.kind,
+                claimed.lane_key,
+                claimed.epoch,
+                state,
+                target,
+                result=op,
+                stop_reason=reason,
+            )
+        )
+
+
+def claimed_action(row: tuple[Any, ...]) -> ClaimedAction:
+    # row: op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
+    #      state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at,
+    #      created_at
+    return ClaimedAction(
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        row[14],
+        row[15],
+    )

@@ -1,0 +1,132 @@
+"""Claiming lane heads: the claim loop (woken by LISTEN or a jittered poll, bounded by the
+free places and, per kind, by its free slots), and one claim statement (``claim_v1``, see
+docs/design/claim.md). What a claim returns goes to the attempts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from contextlib import suppress
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+
+from ..observability import event
+from .attempts import Attempts
+from .endings import Endings
+from .runtime import Runtime
+
+# A claim group: the kinds it claims (None: every kind served) and how many at most.
+ClaimGroup = tuple[list[str] | None, int]
+
+
+class Claims:
+    def __init__(self, runtime: Runtime, attempts: Attempts, endings: Endings) -> None:
+        self.rt = runtime
+        self.attempts = attempts
+        self.endings = endings
+
+    async def loop(self) -> None:
+        """Claim while there is room, then wait for a wake-up or the poll."""
+        rt = self.rt
+        while not rt.stopping:
+            free = (
+                rt.settings.concurrency
+                - len(self.attempts.running)
+                - self.endings.batcher.outstanding
+            )
+            if free <= 0:
+                rt.capacity.clear()
+                await rt.capacity.wait()
+                continue
+            limit = min(free, rt.settings.claim_batch)
+            rt.wake.clear()
+            more = False
+            try:
+                # One claim per kind that has a slot limit, bounded by its free slots: an
+                # attempt never waits on its kind's slots while its lease runs down.
+                for kinds, group_limit in self.groups(limit):
+                    rows, visited = await self.claim(group_limit, kinds)
+                    self.attempts.dispatch(rows)
+                    more = more or visited >= group_limit
+                rt.tally.flush()
+            except psycopg.OperationalError as exc:
+                event("executor.claim.failed", level=logging.WARNING, error=str(exc))
+                await asyncio.sleep(1.0 + random.random())
+                continue
+            if more:
+                continue
+            poll = rt.settings.poll_seconds * random.uniform(0.8, 1.2)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(rt.wake.wait(), poll)
+
+    async def listen(self) -> None:
+        """LISTEN on a connection of its own (never the pool's) and wake the claim loop."""
+        rt = self.rt
+        channel = sql.SQL("LISTEN {}").format(sql.Identifier(rt.outbox.channel))
+        backoff = 0.5
+        while not rt.stopping:
+            try:
+                async with await AsyncConnection.connect(rt.conninfo, autocommit=True) as conn:
+                    await conn.execute(channel)
+                    backoff = 0.5
+                    rt.wake.set()
+                    async for _ in conn.notifies():
+                        rt.wake.set()
+            except psycopg.OperationalError as exc:
+                event("executor.listen.lost", level=logging.WARNING, error=type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def groups(self, limit: int) -> list[ClaimGroup]:
+        """The claims to make for ``limit`` places: one for the kinds without a slot limit,
+        one per kind with one, bounded by its free slots."""
+        rt = self.rt
+        limited = {kind: cap for kind in rt.kinds if (cap := rt.kind_limit(kind))}
+        if not limited:
+            return [(None, limit)]
+        groups: list[ClaimGroup] = []
+        free = [kind for kind in rt.kinds if kind not in limited]
+        if free:
+            groups.append((free, limit))
+        for kind, cap in limited.items():
+            room = min(limit, cap - self.attempts.held(kind))
+            if room > 0:
+                groups.append(([kind], room))
+        return groups
+
+    async def claim(
+        self, limit: int, kinds: list[str] | None = None
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """One claim statement: the claimed rows, and how many heads it looked at."""
+        rt = self.rt
+        chosen = rt.filter if kinds is None else rt.outbox.registry.filter(kinds)
+        params = {
+            "limit": limit,
+            "lease": rt.settings.lease_seconds,
+            "kinds": chosen.kinds,
+            "paths": chosen.paths,
+            "suffixes": chosen.suffixes,
+        }
+        async with rt.connection() as conn:
+            cursor = await conn.execute(rt.queries["claim"], params, prepare=True)
+            rows = await cursor.fetchall()
+        visited = 0
+        claimed = []
+        for row in rows:
+            if row[0] == "visited":
+                visited = int(row[1])
+            else:
+                claimed.append(row)
+        return claimed, visited
+
+    async def claim_one(self, action_id: int) -> list[tuple[Any, ...]]:
+        """Claim one named action if it is a claimable head (``run_now``)."""
+        rt = self.rt
+        params = {"id": action_id, "lease": rt.settings.lease_seconds, **rt.filter_params()}
+        async with rt.connection() as conn:
+            cursor = await conn.execute(rt.queries["claim_action"], params)
+            rows = await cursor.fetchall()
+        return [row for row in rows if row[0] != "visited"]

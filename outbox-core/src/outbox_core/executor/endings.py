@@ -1,0 +1,354 @@
+"""Writing endings: the conditional writes that end or reschedule actions, batched into one
+``settle_v1`` statement per batch, with the adapters' ``ended``/``rescheduled`` hooks in the
+same transaction, the metrics and log event of each ending, the next heads that a settle
+claims on the way (handed to the attempts), and the lanes it could not lower (lowered again
+here, in the background)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from ..action import Action
+from ..adapter import ActionAdapter
+from ..observability import action_event, event
+from ..registry import KindFilter
+from ..results import Defer, Retry
+from ..states import ActionState
+from .batcher import Batcher
+from .outcomes import Ending
+from .runtime import Runtime
+
+CLAIM_OPS = frozenset({"claim", "reclaim", "reap_lost", "reap_exhausted", "expire"})
+_NO_FILTER = KindFilter(kinds=[], paths=[], suffixes=[])
+_END_EVENT = {
+    ActionState.DONE: "action.ended.done",
+    ActionState.UNCERTAIN: "action.ended.uncertain",
+    ActionState.FAILED: "action.ended.failed",
+    ActionState.CANCELLED: "action.ended.cancelled",
+}
+# A lane's wish to be looked at again: at that time (None: now), and whether its head cleared.
+LaneWish = tuple[datetime | None, bool]
+
+
+class _HookFailed(Exception):
+    pass
+
+
+class Endings:
+    def __init__(
+        self, runtime: Runtime, chained: Callable[[Sequence[tuple[Any, ...]]], object]
+    ) -> None:
+        self.rt = runtime
+        # Where the next heads that a settle claimed go (the attempts' dispatch).
+        self._chained = chained
+        self.batcher: Batcher[Ending, bool] = Batcher(
+            self._flush, parallel=runtime.settings.batches_in_flight, name="outbox-ender"
+        )
+        self._relower: dict[str, LaneWish] = {}
+        self._relower_task: asyncio.Task[None] | None = None
+        self._hooked: dict[str, bool] = {}
+
+    def post(self, ending: Ending) -> None:
+        """Write ``ending`` with the next batch, not waiting for it; a failed or stale write is
+        logged."""
+        self.batcher.post(ending, self._checked(ending))
+
+    async def submit(self, ending: Ending) -> bool:
+        """Write ``ending`` with the next batch; whether it changed the action."""
+        return await self.batcher.submit(ending)
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        if self._relower_task is not None:
+            self._relower_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._relower_task
+            self._relower_task = None
+        if self._relower and self.rt.pool is not None:
+            # One last try for the lanes still waiting to be lowered; a lane that another
+            # transaction holds now waits for its next_at (at most a lease), as after a crash.
+            wanted, self._relower = self._relower, {}
+            try:
+                async with self.rt.connection() as conn:
+                    missed = await self._lower(conn, wanted)
+            except psycopg.Error as exc:
+                event("executor.relower.failed", level=logging.WARNING, error=type(exc).__name__)
+            else:
+                if missed:
+                    event("executor.relower.left", level=logging.INFO, lanes=len(missed))
+
+    async def relowered(self) -> None:
+        """Wait until the lanes that wait to be lowered again were."""
+        if self._relower_task is not None:
+            await self._relower_task
+
+    def _checked(self, ending: Ending) -> Callable[[bool | BaseException], None]:
+        def check(answer: bool | BaseException) -> None:
+            self.rt.capacity.set()  # an ending written frees a place for the claim loop
+            if isinstance(answer, BaseException):
+                action_event(
+                    "action.end.failed",
+                    ending.action_id,
+                    ending.kind,
+                    level=logging.ERROR,
+                    error=repr(answer),
+                )
+            elif not answer:
+                action_event(
+                    "action.end.stale",
+                    ending.action_id,
+                    ending.kind,
+                    level=logging.WARNING,
+                    epoch=ending.epoch,
+                    result=ending.result,
+                )
+
+        return check
+
+    # -- one batch -------------------------------------------------------------------------
+
+    async def _flush(self, endings: Sequence[Ending]) -> list[bool]:
+        # A transient failure (a dropped connection, a deadlock, a failover) loses nothing:
+        # every ending is conditional on its epoch and state, so writing it again is safe.
+        for retry in range(5):
+            try:
+                return await self._flush_once(endings)
+            except psycopg.OperationalError as exc:
+                event("executor.end.retry", level=logging.WARNING, error=str(exc), retry=retry)
+                await asyncio.sleep(min(0.05 * 2**retry, 2.0))
+        return await self._flush_once(endings)
+
+    async def _flush_once(self, endings: Sequence[Ending]) -> list[bool]:
+        try:
+            return await self._write(endings)
+        except _HookFailed:
+            if len(endings) == 1:
+                return [False]
+            # One hook failed: write the others one by one, so only its action waits.
+            answers = []
+            for ending in endings:
+                try:
+                    answers.extend(await self._write([ending]))
+                except _HookFailed:
+                    answers.append(False)
+            return answers
+
+    async def _write(self, endings: Sequence[Ending]) -> list[bool]:
+        """One batch in one round trip (settle_v1); in an explicit transaction only when a kind
+        of the batch has an ended()/rescheduled() hook to run in it."""
+        rt = self.rt
+        chain = rt.chaining and not rt.stopping and rt.chain_filter is not None
+        chained_filter = rt.chain_filter if chain and rt.chain_filter else _NO_FILTER
+        params = {
+            "endings": _endings_json(endings),
+            "chain": chain,
+            "lease": rt.settings.lease_seconds,
+            "kinds": chained_filter.kinds,
+            "paths": chained_filter.paths,
+            "suffixes": chained_filter.suffixes,
+        }
+        by_id = {ending.action_id: ending for ending in endings}
+        hooked = any(self._has_hooks(ending.kind) for ending in endings)
+        params["brief"] = not hooked
+        async with rt.connection() as conn:
+            if hooked:
+                async with conn.transaction():
+                    cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
+                    rows = await cursor.fetchall()
+                    actions = [Action.from_row(row[1:21]) for row in rows if row[0] == "ended"]
+                    await self._hooks(conn, actions, by_id)
+            else:
+                cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
+                rows = await cursor.fetchall()
+        # The attempt number of each action that changed, by id.
+        changed: dict[int, int] = {}
+        chained = []
+        missed: dict[str, LaneWish] = {}
+        lowered = False
+        for row in rows:
+            op = row[0]
+            if op == "ended":
+                if row[21] is not None:  # brief: every changed action in one row
+                    changed.update(zip(row[21], row[22], strict=True))
+                else:  # op, id, kind, ..., attempt (9), ...
+                    changed[row[1]] = row[9]
+            elif op in CLAIM_OPS:
+                chained.append(_settled_as_claimed(row))
+            elif op == "skipped":  # lane_key (4), at (12), cleared (19)
+                missed[row[4]] = (row[12], row[19] == "cleared")
+            elif op == "lowered":
+                lowered = True
+        for action_id, attempt in changed.items():
+            self._report(attempt, by_id[action_id])
+        if chained:
+            self._chained(chained)
+        if missed:
+            for key, wish in missed.items():
+                self._relower[key] = _earlier(self._relower.get(key), *wish)
+            self._schedule_relower()
+        # The claim loop has something new to look at only where a freed lane was not chained:
+        # lowered for any executor, or (chained) left to one of this executor's kinds with a
+        # slot limit, which the chain's filter leaves out, and whose lane the chained claim
+        # lowered to now. (A lane left to another executor's kind waits for its poll.)
+        if lowered or (chain and rt.limited and len(chained) < len(changed)):
+            rt.wake.set()
+        rt.tally.flush()
+        return [ending.action_id in changed for ending in endings]
+
+    def _has_hooks(self, kind: str) -> bool:
+        hooked = self._hooked.get(kind)
+        if hooked is None:
+            adapter = type(self.rt.adapter(kind))
+            hooked = (
+                adapter.ended is not ActionAdapter.ended
+                or adapter.rescheduled is not ActionAdapter.rescheduled
+            )
+            self._hooked[kind] = hooked
+        return hooked
+
+    async def _hooks(
+        self, conn: AsyncConnection[Any], actions: Sequence[Action], by_id: Mapping[int, Ending]
+    ) -> None:
+        for action in actions:
+            adapter = self.rt.adapter(action.kind)
+            ending = by_id[action.id]
+            try:
+                if action.state.ended:
+                    if type(adapter).ended is not ActionAdapter.ended:
+                        await adapter.ended(conn, action)
+                elif ending.result in ("Retry", "Defer") and (
+                    type(adapter).rescheduled is not ActionAdapter.rescheduled
+                ):
+                    hint: Retry | Defer = (
+                        Defer(ending.delay or timedelta(0), ending.event)
+                        if ending.result == "Defer"
+                        else Retry(ending.delay)
+                    )
+                    await adapter.rescheduled(conn, action, hint)
+            except Exception as exc:
+                action_event(
+                    "action.ended.hook_failed",
+                    action.id,
+                    action.kind,
+                    level=logging.ERROR,
+                    error=repr(exc),
+                    state=str(action.state),
+                )
+                raise _HookFailed from exc
+
+    def _report(self, attempt: int, ending: Ending) -> None:
+        """Metrics and the log event of an ending that was written (the action's state, kind
+        and stop reason are the ending's: settle wrote them)."""
+        state = ending.state
+        if state.ended:
+            stop_reason = str(ending.stop_reason) if ending.stop_reason is not None else ""
+            self.rt.tally.add(
+                self.rt.instruments.ended,
+                ("kind", ending.kind),
+                ("state", state.value),
+                ("stop_reason", stop_reason),
+            )
+            level = logging.WARNING if state is ActionState.UNCERTAIN else logging.INFO
+            action_event(
+                _END_EVENT[state],
+                ending.action_id,
+                ending.kind,
+                level=level,
+                stop_reason=stop_reason or None,
+                attempt=attempt,
+            )
+        else:
+            action_event(
+                f"action.{ending.result.lower()}",
+                ending.action_id,
+                ending.kind,
+                level=logging.DEBUG,
+                state=str(state),
+                attempt=attempt,
+            )
+
+    # -- lanes a settle could not lower ----------------------------------------------------
+
+    async def _lower(
+        self, conn: AsyncConnection[Any], lanes: Mapping[str, LaneWish]
+    ) -> dict[str, LaneWish]:
+        """Lower the lanes' next look; return the ones another transaction held."""
+        if not lanes:
+            return {}
+        keys = sorted(lanes)
+        params = {
+            "lanes": keys,
+            "at": [lanes[key][0] for key in keys],
+            "cleared": [lanes[key][1] for key in keys],
+        }
+        cursor = await conn.execute(self.rt.queries["lower_lanes"], params, prepare=True)
+        skipped = {row[0] for row in await cursor.fetchall()}
+        return {key: lanes[key] for key in keys if key in skipped}
+
+    def _schedule_relower(self) -> None:
+        if self._relower_task is None or self._relower_task.done():
+            self._relower_task = asyncio.create_task(self._relower_loop(), name="outbox-relower")
+
+    async def _relower_loop(self) -> None:
+        delay = 0.005
+        while self._relower:
+            await asyncio.sleep(delay)
+            wanted, self._relower = self._relower, {}
+            try:
+                async with self.rt.connection() as conn:
+                    missed = await self._lower(conn, wanted)
+            except BaseException:
+                # Cancelled (close() takes over) or failed: the lanes still wait to be lowered.
+                for key, wish in wanted.items():
+                    self._relower[key] = _earlier(self._relower.get(key), *wish)
+                raise
+            for key, wish in missed.items():
+                self._relower.setdefault(key, wish)
+            if len(missed) < len(wanted):
+                self.rt.wake.set()
+            delay = min(delay * 2, 1.0)
+
+
+def _earlier(known: LaneWish | None, at: datetime | None, cleared: bool) -> LaneWish:
+    """Merge two wishes for one lane: the earlier time (None is now), cleared if either is."""
+    if known is None:
+        return at, cleared
+    earlier = None if known[0] is None or at is None else min(known[0], at)
+    return earlier, known[1] or cleared
+
+
+def _settled_as_claimed(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A settle_v1 row in the shape of a claim row (claimed_action_v1's columns)."""
+    return (*row[:12], row[13], row[14], row[15], row[20])
+
+
+def _endings_json(endings: Sequence[Ending]) -> str:
+    """A batch of endings as the settle query takes it: one JSON object of aligned arrays."""
+    return json.dumps(
+        {
+            "ids": [e.action_id for e in endings],
+            "epochs": [e.epoch for e in endings],
+            # States are StrEnums: json.dumps writes them as their values (without the enum's
+            # slow .value lookup).
+            "from_states": [e.from_state for e in endings],
+            "states": [e.state for e in endings],
+            "stop_reasons": [e.stop_reason for e in endings],
+            "readback_refs": [e.readback_ref for e in endings],
+            "delays": [e.delay.total_seconds() if e.delay is not None else 0.0 for e in endings],
+            "fences": [e.fence for e in endings],
+            "prior_writes": [
+                e.prior_write.isoformat() if e.prior_write is not None else None for e in endings
+            ],
+            "uncounts": [e.uncount for e in endings],
+            "results": [e.result for e in endings],
+        }
+    )
