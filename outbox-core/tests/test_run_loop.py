@@ -226,7 +226,8 @@ async def test_close_lowers_the_lanes_that_were_held_when_their_heads_ended(
             f"SELECT 1 FROM \"{db.schema}\".action_lane WHERE lane_key = 'held' FOR UPDATE"
         )
         await asyncio.gather(*executor.attempts.dispatch(rows))
-        await executor.endings.batcher.idle()  # written; the lane was skipped and waits to be lowered
+        # Written; the lane was skipped and waits to be lowered.
+        await executor.endings.batcher.idle()
         await asyncio.sleep(1.5)  # the relower loop has backed off
         holder.commit()
     await executor.close()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError, create_model
 
-from outbox_core import ActionRequest, ActionVariants, UndecodableAction
+from outbox_core import ActionRequest, ActionVariants, InvalidRequest, UndecodableAction
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import Paint
@@ -319,3 +319,42 @@ def test_a_decoding_read_raises_on_a_kind_this_build_lacks(db: OutboxTestDatabas
         pytest.raises(UndecodableAction, match="a kind this build does not have"),
     ):
         db.outbox.lane(conn, "lane")
+
+
+def _nested(depth: int) -> type[BaseModel]:
+    model: type[BaseModel] = create_model("Leaf", tone=(Literal["warm"], ...))
+    for level in range(depth):
+        model = create_model(f"Level{level}", inner=(model, ...))
+    return model
+
+
+def _nested_payload(depth: int, tone: str) -> dict[str, Any]:
+    payload: dict[str, Any] = {"tone": tone}
+    for _ in range(depth):
+        payload = {"inner": payload}
+    return payload
+
+
+def test_the_path_checks_a_value_at_any_depth_of_nesting(plain_conn: psycopg.Connection) -> None:
+    variants = ActionVariants.one(_nested(12))
+    assert sql_accepts(plain_conn, variants, _nested_payload(12, "warm"))
+    assert not sql_accepts(plain_conn, variants, _nested_payload(12, "cold"))
+
+
+class Node(BaseModel):
+    tone: Literal["warm", "cool"]
+    child: Node | None = None
+
+
+def test_a_model_that_contains_itself_is_checked_above_its_first_repetition(
+    plain_conn: psycopg.Connection,
+) -> None:
+    variants = ActionVariants.one(Node)
+    assert variants.json_path() == '($."tone" == "warm" || $."tone" == "cool")'
+    assert not sql_accepts(plain_conn, variants, {"tone": "hot"})
+    # From the repetition down, decoding at the attempt refuses what the path let through
+    # (the executor defers such a row instead of failing it).
+    nested = {"tone": "warm", "child": {"tone": "hot"}}
+    assert sql_accepts(plain_conn, variants, nested)
+    with pytest.raises(InvalidRequest):
+        variants.decode(nested, "k", kind="K")

@@ -238,15 +238,17 @@ def _one_of(target: str, values: list[Any]) -> str:
     return "(" + " || ".join(f"{target} == {_literal(value)}" for value in values) + ")"
 
 
-def _field_predicate(annotation: Any, path: str, depth: int) -> str | None:
+def _field_predicate(
+    annotation: Any, path: str, enclosing: tuple[type[BaseModel], ...]
+) -> str | None:
     inner, _ = _strip_optional(annotation)
     values = _allowed_values(inner)
     if values is not None:
         return _one_of(path, values)
     if isinstance(inner, type) and issubclass(inner, BaseModel):
-        return _joined(_model_predicates(inner, path, depth + 1))
+        return _joined(_model_predicates(inner, path, enclosing))
     origin = typing.get_origin(inner)
-    if origin in (list, tuple, set, frozenset) and depth < 8:
+    if origin in (list, tuple, set, frozenset):
         args = [arg for arg in typing.get_args(inner) if arg is not Ellipsis]
         if len(args) == 1:
             element_values = _allowed_values(_strip_optional(args[0])[0])
@@ -257,14 +259,21 @@ def _field_predicate(annotation: Any, path: str, depth: int) -> str | None:
     return None
 
 
-def _model_predicates(model: type[BaseModel], prefix: str, depth: int = 0) -> list[str]:
-    if depth > 8:
+def _model_predicates(
+    model: type[BaseModel], prefix: str, enclosing: tuple[type[BaseModel], ...] = ()
+) -> list[str]:
+    """The model's predicates at ``prefix``, every level of nesting included. A model that
+    contains itself (directly or through others) is checked above its first repetition: from
+    there down, decoding at the attempt checks it, and defers a row it cannot decode instead
+    of failing it."""
+    if model in enclosing:
         return []
+    enclosing = (*enclosing, model)
     predicates: list[str] = []
     for name, field in model.model_fields.items():
         alias = field.alias or name
         path = _key(prefix, alias)
-        predicate = _field_predicate(field.annotation, path, depth)
+        predicate = _field_predicate(field.annotation, path, enclosing)
         if predicate is None:
             continue
         _, nullable = _strip_optional(field.annotation)
