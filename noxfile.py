@@ -56,7 +56,8 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session(python="3.11")
 def e2e(session: nox.Session) -> None:
-    """The cross-package suites (rolling updates, chaos, quickstart) with every package."""
+    """The cross-package suites with every package: rolling updates, the quickstart, the plugin
+    guide, the docs' shell blocks, the benchmarks' smoke run."""
     _local(session, *PACKAGES)
     session.install("-r", "tests/requirements.txt")
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
