@@ -121,11 +121,37 @@ class Endings:
         # every ending is conditional on its epoch and state, so writing it again is safe.
         for retry in range(5):
             try:
-                return await self._flush_once(endings)
+                answers = await self._flush_once(endings)
             except psycopg.OperationalError as exc:
                 event("executor.end.retry", level=logging.WARNING, error=str(exc), retry=retry)
                 await asyncio.sleep(min(0.05 * 2**retry, 2.0))
-        return await self._flush_once(endings)
+            else:
+                return answers if retry == 0 else await self._recognised(endings, answers)
+        return await self._recognised(endings, await self._flush_once(endings))
+
+    async def _recognised(self, endings: Sequence[Ending], answers: list[bool]) -> list[bool]:
+        """After a lost reply, the endings that the written-again batch found already written
+        by the lost one: reported here, once, as written (not as stale)."""
+        unchanged = [e for e, answer in zip(endings, answers, strict=True) if not answer]
+        if not unchanged:
+            return answers
+        params = {
+            "ids": [e.action_id for e in unchanged],
+            "epochs": [e.epoch for e in unchanged],
+            "states": [str(e.state) for e in unchanged],
+            "results": [e.result for e in unchanged],
+            "stop_reasons": [e.stop_reason for e in unchanged],
+        }
+        async with self.rt.connection() as conn:
+            cursor = await conn.execute(self.rt.queries["written_endings"], params)
+            written = dict(await cursor.fetchall())
+        for ending in unchanged:
+            if ending.action_id in written:
+                self._report(written[ending.action_id], ending)
+        self.rt.tally.flush()
+        return [
+            answer or e.action_id in written for e, answer in zip(endings, answers, strict=True)
+        ]
 
     async def _flush_once(self, endings: Sequence[Ending]) -> list[bool]:
         try:

@@ -248,6 +248,21 @@ SELECT 'ended', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM s WHERE %(brief)s AND s.op = 'ended'
 HAVING count(*) > 0
 
+-- name: written_endings
+-- After the reply to a batch of endings was lost (the connection dropped once the server had
+-- the statement), which of those endings the lost statement wrote: the action is at the
+-- ending's epoch, in its state, with its result and stop reason. (The reaper ends an action at
+-- the claim's epoch too, but with a result of its own.) An action that moved on since, to a
+-- new claim, is not recognised and stays reported as stale.
+SELECT a.id, a.attempt
+  FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[], %(states)s::text[],
+              %(results)s::text[], %(stop_reasons)s::text[])
+           AS e(id, epoch, state, result, stop_reason)
+  JOIN {schema}.agent_action a
+    ON a.id = e.id AND a.epoch = e.epoch AND a.state = e.state
+   AND a.last_result IS NOT DISTINCT FROM e.result
+   AND a.stop_reason IS NOT DISTINCT FROM e.stop_reason
+
 -- name: lower_lanes_wait
 -- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and
 -- they must not leave a lane waiting on a head that is gone).
