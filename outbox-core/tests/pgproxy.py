@@ -15,8 +15,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 class ReplyLosingProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, port: int = 0) -> None:
         self._upstream = conninfo_to_dict(upstream)
+        self._port = port
         self._pattern: bytes | None = None
         self.lost = 0
         self._server: asyncio.Server | None = None
@@ -101,7 +102,7 @@ class ReplyLosingProxy:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ReplyLosingProxy]:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self._port)
         try:
             yield self
         finally:

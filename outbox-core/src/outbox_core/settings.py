@@ -112,6 +112,14 @@ class OutboxSettings(SectionSettings):
         default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"
     )
     pool_size: int = Field(default=4, ge=2, le=100, description="database connections per executor")
+    startup_wait_seconds: float = Field(
+        default=60.0,
+        ge=0.0,
+        description=(
+            "outbox run: how long to wait for a database that is unreachable or starting up "
+            "(a login refused or a database missing fails at once)"
+        ),
+    )
 
     @field_validator("schema_name")
     @classmethod
