@@ -242,6 +242,10 @@ class RetriesALostAnswer(LoopbackAdapter):
             return Retry()
 
 
+class OnceRetriesALostAnswer(RetriesALostAnswer, LoopbackOnceAdapter):
+    """At most once, and yet a lost answer after the fence is retried: a second email."""
+
+
 class NeverReadsBack(LoopbackAdapter):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         if not await attempt.fence().begin_write():
@@ -284,6 +288,17 @@ class TimesOutAfterTheMargin(LoopbackAdapter):
     async def call(self, method: str, attempt: ActionAttempt, path: str | None = None) -> int:
         # It declares 90 s but uses 1 s, so the run itself stays short.
         declared, self.provider_timeout_seconds = self.provider_timeout_seconds, 1.0
+        try:
+            return await super().call(method, attempt, path)
+        finally:
+            self.provider_timeout_seconds = declared
+
+
+class IgnoresItsTimeout(LoopbackAdapter):
+    """Declares 1 s and waits an hour: only the executor's watchdog ends a stalled call."""
+
+    async def call(self, method: str, attempt: ActionAttempt, path: str | None = None) -> int:
+        declared, self.provider_timeout_seconds = self.provider_timeout_seconds, 3600.0
         try:
             return await super().call(method, attempt, path)
         finally:

@@ -81,6 +81,11 @@ BROKEN: list[tuple[type[LoopbackAdapter], Check, str]] = [
         "after the fence, a lost answer of a read-back kind is a Reread",
     ),
     (
+        loopback.OnceRetriesALostAnswer,
+        checks.an_exception_after_the_fence_is_a_reread_or_uncertain,
+        "after the fence, a lost answer of an at-most-once kind is UNCERTAIN",
+    ),
+    (
         loopback.NeverReadsBack,
         checks.an_attempt_after_a_started_write_reads_back_first,
         "reads back first and never writes twice",
@@ -137,6 +142,17 @@ def test_each_check_fails_on_an_adapter_that_breaks_its_rule(
     target = target_for(outbox_db, adapter, server, invalid_payloads=({"text": 5},))
     with pytest.raises(ConformanceFailure, match=re.escape(rule)):
         check(target)
+
+
+def test_the_stall_check_fails_on_an_adapter_that_does_not_end_its_own_call(
+    outbox_db: OutboxTestDatabase, server: LoopbackServer
+) -> None:
+    # A short lease, so that the executor's watchdog cuts the stalled call within seconds.
+    target = target_for(outbox_db, loopback.IgnoresItsTimeout, server)
+    outbox_db.configure(lease_seconds=8.0, fence_margin_seconds=3.0)
+    rule = "the adapter's own timeout ends a provider call that gets no answer"
+    with pytest.raises(ConformanceFailure, match=re.escape(rule)):
+        checks.an_exception_after_the_fence_is_a_reread_or_uncertain(target)
 
 
 def test_every_check_is_a_test_of_the_class() -> None:
