@@ -4,6 +4,7 @@ captured, the helpers the checks are written with, and the rules every run keeps
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import uuid
@@ -43,26 +44,30 @@ class Run:
         self.recorder = Recorder(target.provider, move_epoch=self._move_epoch)
         self.canary = f"conformance-canary-{uuid.uuid4().hex[:12]}"
         self.probe = probe_class(self.adapter, self.recorder)
-        self.db.registry.unregister(self.kind)
-        self.db.registry.register(
-            self.probe, distribution=entry.distribution, version=entry.version
-        )
-        self.stop_reasons = self.db.registry.get(self.kind).stop_reasons
+        self.stop_reasons = entry.stop_reasons
         package = self.adapter.__module__.split(".")[0]
         self.logs = LogCapture(["outbox", package])
-        self._installed = self.logs.installed()
+        self._stack = contextlib.ExitStack()
         self._serial = 0
 
     def __enter__(self) -> Run:
-        self._installed.__enter__()
+        """Register the probe in the adapter's place and capture the logs, until the exit."""
+        registry, entry = self.db.registry, self._entry
+        registry.unregister(self.kind)
+        registry.register(self.probe, distribution=entry.distribution, version=entry.version)
+        # Undone last first: the probe out, the adapter back.
+        self._stack.callback(
+            registry.register,
+            self.adapter,
+            distribution=entry.distribution,
+            version=entry.version,
+        )
+        self._stack.callback(registry.unregister, self.kind)
+        self._stack.enter_context(self.logs.installed())
         return self
 
     def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        self._installed.__exit__(None, None, None)
-        self.db.registry.unregister(self.kind)
-        self.db.registry.register(
-            self.adapter, distribution=self._entry.distribution, version=self._entry.version
-        )
+        self._stack.close()
         if kind is None:
             self.verify()
 

@@ -52,8 +52,10 @@ class ConformanceTarget:
     - ``kind``: the kind under test;
     - ``provider``: the loopback provider (:class:`LoopbackProvider`);
     - ``request(key, canary)``: a valid :class:`ActionRequest` of the kind whose idempotency key
-      is ``key`` and whose payload holds the string ``canary`` somewhere (the suite checks that
-      no log record repeats it); it must succeed when the provider is well;
+      is ``key`` (or begins with it: a kind whose variant is the key's last segment appends
+      one) and whose payload holds the string ``canary`` somewhere (the suite checks that no
+      log record repeats it); it must succeed when the provider is well. The suite's actions
+      run one after another, so they may share a lane;
     - ``invalid_payloads``: payloads that enqueue must refuse, beyond those the suite derives
       from ``variants()`` (an unknown tag, a payload without its required fields).
     """
