@@ -1,6 +1,6 @@
 """docs/writing-a-plugin.md is true: its example plugin, built from the page's own code blocks
 into a distribution and installed into a fresh virtual environment beside outbox-core, is
-listed and runs one action against a real receiver."""
+listed, runs one action against a real receiver and passes the adapter conformance suite."""
 
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ def test_the_page_names_every_file_of_the_example() -> None:
         "src/outbox_webhook/adapter.py",
         "src/outbox_webhook/plugin.py",
         "src/outbox_webhook/migrations/0001_webhook_kind.sql",
+        "tests/conftest.py",
         "tests/test_webhook.py",
     }
 
 
 @pytest.mark.slow
-def test_the_example_plugin_builds_installs_and_runs_one_action(tmp_path: Path) -> None:
+def test_the_example_plugin_builds_installs_runs_one_action_and_conforms(tmp_path: Path) -> None:
     dist = tmp_path / "outbox-webhook"
     for relative, text in files_from_page().items():
         target = dist / relative
@@ -78,4 +79,5 @@ def test_the_example_plugin_builds_installs_and_runs_one_action(tmp_path: Path) 
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "2 passed" in completed.stdout
+    # The two tests of the page and the nine of the conformance suite, none failed or skipped.
+    assert "11 passed" in completed.stdout, completed.stdout

@@ -55,6 +55,17 @@ class ActionAdapter(abc.ABC):
     """Attempts of this kind running at once in one executor (None: only the global limit).
     A class value, or set by an adapter instance from its settings (the executor reads the
     built adapter's)."""
+    writes_outside: ClassVar[bool] = True
+    """False: an attempt writes nothing outside the database (a model call whose answer the
+    adapter keeps under the lease): it needs no fence, a repeated attempt costs only the call,
+    and there is nothing to read back. Such a kind is never ``at_most_once``; the conformance
+    suite (:mod:`outbox_core.testing.conformance`) checks it by that profile."""
+    provider_timeout_seconds: float | None = None
+    """How long one provider call of an attempt may take at most, in seconds: the adapter's own
+    timeout, which must end the call before the fence margin (``fence_margin_seconds``, 60 s by
+    default) runs out, as the specification's "the provider call must end within those 60
+    seconds" asks. A class value, or set by an adapter instance from its settings. None:
+    undeclared; the executor does not read it, and the conformance suite fails the adapter."""
     retry_base: ClassVar[timedelta] = timedelta(seconds=5)
     retry_cap: ClassVar[timedelta] = timedelta(minutes=30)
     default_max_attempts: ClassVar[int] = 5

@@ -45,6 +45,7 @@ class RegisteredKind:
             "at_most_once": self.adapter.at_most_once,
             "instance_level": self.adapter.instance_level,
             "retained": self.adapter.retained,
+            "writes_outside": self.adapter.writes_outside,
             "variants": self.variants.describe(),
         }
 
@@ -87,6 +88,12 @@ class KindRegistry:
             raise RegistrationError(
                 f"{where}: {adapter.__qualname__}.variants() returned {variants!r}, "
                 "not ActionVariants"
+            )
+        if adapter.at_most_once and not adapter.writes_outside:
+            raise RegistrationError(
+                f"{where}: {adapter.__qualname__} declares at_most_once and writes_outside = "
+                "False: a kind that writes nothing outside has no write to send at most once; "
+                "drop one of the two"
             )
         existing = self._kinds.get(kind)
         if existing is not None and existing.adapter is not adapter:

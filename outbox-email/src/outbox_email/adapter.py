@@ -272,6 +272,8 @@ class EmailAdapter(ActionAdapter):
         # No more attempts at once than connections: the others would wait for one before
         # their fence while their lease runs down, and be abandoned.
         self.max_concurrency = self.settings.max_connections
+        # The SMTP transaction after the fence is bounded by the send timeout (checked below).
+        self.provider_timeout_seconds = self.settings.send_timeout_seconds
         if self.settings.send_timeout_seconds >= fence_margin_seconds:
             raise ConfigurationError(
                 f"OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS ({self.settings.send_timeout_seconds}) must "

@@ -5,7 +5,9 @@
 - The pytest plugin (``outbox_core.testing.plugin``, loaded by the ``pytest11`` entry point):
   a session-wide PostgreSQL, a template database migrated once per session, and a fresh
   database per test (fixture ``outbox_db``) where throwaway kinds can be registered.
-- :mod:`outbox_core.testing.conformance`: the adapter conformance suite.
+- :mod:`outbox_core.testing.conformance`: the adapter conformance suite, a pytest class
+  (``AdapterConformance``) that a plugin subclasses with one fixture, its target (imported on
+  its own: it needs pytest).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 - :class:`SmtpTestServer`: an aiosmtpd relay that records what it received and fails on
   demand (refused connection, AUTH failure, 421/451/550 at any stage, a drop after the
   content, a stall).
+- :class:`SmtpProvider`: that server as the core's adapter conformance suite reads and steers
+  it (``outbox_core.testing.conformance``).
 - :func:`serve_email`: point ``EMAIL`` in an ``outbox_db`` test database at that server,
   optionally with the notices of one test.
 - The pytest fixture ``smtp_server`` (loaded with the package's ``pytest11`` entry point).
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..adapter import KIND, EmailAdapter
 from ..notices import EmailNotice, NoticeRegistry
+from .provider import SmtpProvider
 from .server import SENDER, STAGES, ReceivedMessage, SmtpTestServer, Stage
 
 if TYPE_CHECKING:
@@ -26,6 +29,7 @@ __all__ = [
     "SENDER",
     "STAGES",
     "ReceivedMessage",
+    "SmtpProvider",
     "SmtpTestServer",
     "Stage",
     "serve_email",

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import functools
 import ssl
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from email.message import EmailMessage
 from functools import cached_property
@@ -137,6 +138,23 @@ class _Smtpd(SMTP):
     """aiosmtpd's SMTP with a fault check before each command."""
 
     server: SmtpTestServer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Every command, whatever it is, counts as a request that reached the relay.
+        self._smtp_methods = {
+            name: self._counted(method) for name, method in self._smtp_methods.items()
+        }
+
+    def _counted(
+        self, method: Callable[[str], Awaitable[None]]
+    ) -> Callable[[str], Awaitable[None]]:
+        @functools.wraps(method)  # keeps aiosmtpd's syntax marks, which HELP and EHLO read
+        async def counted(arg: str) -> None:
+            self.server._count("commands")
+            await method(arg)
+
+        return counted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.server._open.add(self)
@@ -272,7 +290,7 @@ class SmtpTestServer:
         self._rules: list[_Rule] = []
         self._messages: list[ReceivedMessage] = []
         self._refused: list[ReceivedMessage] = []
-        self._counts: dict[str, int] = {"connections": 0, "mail_commands": 0}
+        self._counts: dict[str, int] = {"connections": 0, "mail_commands": 0, "commands": 0}
         self._open: set[_Smtpd | _Greeting] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -410,6 +428,12 @@ class SmtpTestServer:
         """MAIL FROM commands received so far (each begins a transaction)."""
         with self._lock:
             return self._counts["mail_commands"]
+
+    @property
+    def commands(self) -> int:
+        """SMTP commands received so far, of every kind (EHLO, MAIL, QUIT, ...)."""
+        with self._lock:
+            return self._counts["commands"]
 
     @property
     def open_connections(self) -> int:
