@@ -22,7 +22,7 @@ import psycopg
 from pydantic import ValidationError
 
 from .errors import OutboxError
-from .settings import OutboxSettings
+from .settings import OutboxSettings, validation_problems
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -33,7 +33,10 @@ Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CON
   OUTBOX_DATABASE_URL   postgresql://user:password@host:5432/dbname
   OUTBOX_SCHEMA         the schema of outbox's tables (default: outbox)
   OUTBOX_LEASE_SECONDS, OUTBOX_CONCURRENCY, OUTBOX_CLAIM_BATCH, OUTBOX_POLL_SECONDS,
-  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS
+  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP
+  OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS  block plugins / load only these
+  OUTBOX_APP_PLUGINS    the application's modules that register kinds in code
+                        (myapp.outbox_plugin; the current directory is on sys.path)
 """
 
 
@@ -50,11 +53,7 @@ class State:
             try:
                 self._settings = OutboxSettings(**self.overrides)
             except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
-                    for error in exc.errors(include_input=False, include_url=False)
-                )
-                fail(f"configuration: {problems}", EXIT_USAGE)
+                fail(f"configuration: {validation_problems(exc)}", EXIT_USAGE)
         return self._settings
 
     def require_url(self) -> str:
@@ -144,6 +143,9 @@ def main(
 ) -> None:
     import os
 
+    if os.environ.get("OUTBOX_APP_PLUGINS") and "" not in sys.path and os.getcwd() not in sys.path:
+        # As uvicorn and celery do: the application's modules are found from where it runs.
+        sys.path.insert(0, os.getcwd())
     if config is not None:
         if not config.is_file():
             fail(f"--config {config}: no such file", EXIT_USAGE)
@@ -277,6 +279,13 @@ def print_status(report: Any) -> None:
                 f"{lane.since:%Y-%m-%d %H:%M:%S}",
             )
         console.print(lanes)
+    if report.stopped:
+        stopped = Table(title="kinds stopped: their adapter cannot be built with these settings")
+        for column in ("kind", "from", "why"):
+            stopped.add_column(column)
+        for kind in report.stopped:
+            stopped.add_row(kind.kind, kind.distribution, kind.error)
+        console.print(stopped)
 
 
 @main.command(epilog=CONFIG_HELP)
@@ -367,6 +376,12 @@ def erase(state: State, subject: str) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="embedded server's data folder (no database configured)",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="refuse to start when a kind cannot run with these settings (OUTBOX_STRICT_STARTUP); "
+    "without it that kind is stopped and the others run",
+)
 @click.pass_obj
 @_guard
 def run(
@@ -375,8 +390,13 @@ def run(
     kinds: str | None,
     metrics_port: int | None,
     data_dir: Path | None,
+    strict: bool,
 ) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
+
+    A kind whose adapter cannot be built with the settings (its plugin's settings are invalid)
+    is stopped, logged as executor.kind.stopped, and its actions stay queued; the other kinds
+    run. With --strict (or OUTBOX_STRICT_STARTUP=true) the executor refuses to start instead.
 
     On SIGTERM it stops claiming, lets running attempts finish within OUTBOX_SHUTDOWN_SECONDS,
     and leaves the rest to their leases.
@@ -384,6 +404,8 @@ def run(
     settings = state.settings
     if concurrency is not None:
         settings = settings.model_copy(update={"concurrency": concurrency})
+    if strict:
+        settings = settings.model_copy(update={"strict_startup": True})
     chosen = None
     if kinds is not None:
         chosen = [kind.strip() for kind in kinds.split(",") if kind.strip()]

@@ -1,4 +1,5 @@
-"""What ``outbox status`` shows: the backlog per kind and the lanes that are blocked."""
+"""What ``outbox status`` shows: the backlog per kind, the lanes that are blocked, and the kinds
+that an executor with these settings would stop (see ``startup.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from psycopg import Connection
 
 from .outbox import Outbox
+from .startup import StoppedKind, check_kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class BlockedLane:
 class StatusReport:
     kinds: list[KindStatus] = field(default_factory=list)
     blocked: list[BlockedLane] = field(default_factory=list)
+    stopped: list[StoppedKind] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -46,11 +49,13 @@ class StatusReport:
             "blocked_lanes": [
                 {key: plain(value) for key, value in asdict(lane).items()} for lane in self.blocked
             ],
+            "stopped_kinds": [asdict(kind) for kind in self.stopped],
         }
 
 
 def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) -> StatusReport:
-    """Counts of the rows this build decodes, by kind; blocked lanes, oldest first."""
+    """Counts of the rows this build decodes, by kind; blocked lanes, oldest first; the kinds
+    whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
     params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
@@ -75,4 +80,5 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     return StatusReport(
         kinds=[KindStatus(kind, **values) for kind, values in sorted(stats.items())],
         blocked=blocked,
+        stopped=check_kinds(registry, outbox.settings),
     )

@@ -31,6 +31,7 @@ from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
 from ..results import AdapterResult, Defer, Retry, StopReason
 from ..settings import OutboxSettings
+from ..startup import StoppedKind, build_adapters, refusal
 from ..states import ActionState
 from .batcher import Batcher
 from .jsonb import use_fast_loads
@@ -68,8 +69,14 @@ class Executor:
         self.settings = settings if settings is not None else outbox.settings
         registry = outbox.registry
         self.kinds = sorted(set(kinds)) if kinds is not None else registry.kinds
+        """The kinds this executor runs: those it serves less those stopped when it opened."""
+        self.served: list[str] = list(self.kinds)
         self.entries: dict[str, RegisteredKind] = {kind: registry.get(kind) for kind in self.kinds}
         self.filter: KindFilter = registry.filter(self.kinds)
+        self._served_filter = self.filter
+        self.stopped: list[StoppedKind] = []
+        """Kinds whose adapter could not be built when the executor opened (see startup.py)."""
+        self._kinds_started = False
         self._adapters: dict[str, ActionAdapter] = dict(adapters or {})
         self.queries = outbox.queries
         self.instruments = Instruments.shared(self.kinds)
@@ -110,6 +117,8 @@ class Executor:
 
     async def open(self) -> None:
         self._accepting = True
+        if not self._kinds_started:
+            self._start_kinds()
         if self.pool is None:
             self.pool = AsyncConnectionPool(
                 self.conninfo,
@@ -121,8 +130,6 @@ class Executor:
                 name="outbox-executor",
             )
             await self.pool.open(wait=True, timeout=30)
-        for kind in self.kinds:
-            self.adapter(kind)
         self._plan_limits(lambda kind: self.adapter(kind).max_concurrency)
         if self._watchdog_task is None:
             self._watchdog_task = asyncio.create_task(self._watchdog(), name="outbox-watchdog")
@@ -175,6 +182,33 @@ class Executor:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _start_kinds(self) -> None:
+        """Build the adapters of the served kinds; a kind whose adapter cannot be built is
+        stopped (logged, gauged, its actions left queued), or refused with strict start-up."""
+        pending = {
+            kind: entry for kind, entry in self.entries.items() if kind not in self._adapters
+        }
+        built, stopped = build_adapters(pending, self.settings)
+        if stopped and self.settings.strict_startup:
+            raise refusal(stopped, strict=True)
+        if stopped and len(stopped) == len(self.served):
+            raise refusal(stopped, strict=False)
+        self._adapters.update(built)
+        for kind in stopped:
+            event(
+                "executor.kind.stopped",
+                level=logging.ERROR,
+                kind=kind.kind,
+                distribution=kind.distribution,
+                error=kind.error,
+            )
+        names = {kind.kind for kind in stopped}
+        self.stopped = stopped
+        self.kinds = [kind for kind in self.served if kind not in names]
+        self.filter = self.outbox.registry.filter(self.kinds)
+        self.instruments.publish_stopped(self.served, names)
+        self._kinds_started = True
+
     def _plan_limits(self, adapter_limit: Callable[[str], int | None]) -> None:
         """Which kinds have a slot limit (the settings' or the adapter's), and the filter of
         the chained claims, which leave those kinds to the claim loop."""
@@ -212,7 +246,12 @@ class Executor:
             asyncio.create_task(self._claim_loop(), name="outbox-claim"),
             asyncio.create_task(self._maintenance_loop(), name="outbox-maintenance"),
         ]
-        event("executor.started", kinds=",".join(self.kinds), concurrency=self.settings.concurrency)
+        event(
+            "executor.started",
+            kinds=",".join(self.kinds),
+            stopped=",".join(kind.kind for kind in self.stopped),
+            concurrency=self.settings.concurrency,
+        )
         try:
             done, _ = await asyncio.wait([stopper, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -968,7 +1007,9 @@ class Executor:
         blocked lanes, which costs a pass over the live actions (the maintenance loop counts
         it every ``blocked_lanes_seconds``)."""
         snapshot = BacklogSnapshot()
-        params = self._filter_params()
+        # Every served kind, also a stopped one: its due actions pile up, and that is the alert.
+        flt = self._served_filter
+        params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
         async with self._pool().connection() as conn, conn.transaction():
             # With a million rows the planner's cost passes the JIT threshold, and compiling
             # these scans took longer than running them (0.7 s of 1 s for blocked lanes).
@@ -978,7 +1019,7 @@ class Executor:
                 snapshot.due[kind] = due
                 snapshot.executing[kind] = executing
                 snapshot.oldest_due_age[kind] = oldest
-            cursor = await conn.execute(self.queries["uncertain_counts"], {"kinds": self.kinds})
+            cursor = await conn.execute(self.queries["uncertain_counts"], {"kinds": self.served})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
             if blocked or self._blocked_counted_at is None:
                 cursor = await conn.execute(

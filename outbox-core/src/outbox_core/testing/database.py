@@ -103,14 +103,17 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
 
 @dataclass
 class OutboxTestDatabase:
-    """A fresh database cloned from the migrated template, with an Outbox bound to it."""
+    """A fresh database cloned from the migrated template, with an Outbox bound to it.
+
+    Its executors start strictly (``strict_startup``): in a test, a kind whose adapter cannot
+    be built fails the test where it opens instead of leaving its actions queued."""
 
     url: str
     name: str
     schema: str
     host: PluginHost
     registry: KindRegistry = field(default_factory=KindRegistry)
-    settings: OutboxSettings = field(default_factory=OutboxSettings)
+    settings: OutboxSettings = field(default_factory=lambda: OutboxSettings(strict_startup=True))
 
     @property
     def outbox(self) -> Outbox:
