@@ -8,7 +8,7 @@ is internal and may change in any release.
 from .action import Action
 from .adapter import ActionAdapter
 from .attempt import ActionAttempt, LeaseLost, WriteFence
-from .erasure import ErasureReport, PersonDataCatalog, erase_subject
+from .erasure import ErasureReport, erase_subject
 from .errors import (
     ConfigurationError,
     EgressViolation,
@@ -28,6 +28,7 @@ from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
 from .observability import action_event
 from .outbox import Outbox, aenqueue, aenqueue_many, default_outbox, enqueue, enqueue_many
+from .person_data import PersonDataCatalog
 from .plugins import PluginHost, build_host, load_plugins
 from .registry import KindRegistry
 from .requests import ActionRequest, Enqueued

@@ -233,7 +233,7 @@ def status(state: State, as_json: bool, lanes: int) -> None:
     """Per kind: actions due, executing, the oldest due action's age, uncertain ones, and the
     lanes that are blocked (a head waiting out a backoff or a deferral, or a row this build
     cannot decode) with since when."""
-    from .status import collect_status
+    from .status import collect_status, print_status
 
     with connected(state.require_url()) as conn:
         report = collect_status(conn, state.outbox(), lanes=lanes)
@@ -241,51 +241,6 @@ def status(state: State, as_json: bool, lanes: int) -> None:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
     print_status(report)
-
-
-def print_status(report: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="outbox status")
-    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
-    for kind in report.kinds:
-        table.add_row(
-            kind.kind,
-            str(kind.due),
-            str(kind.executing),
-            f"{kind.oldest_due_age_seconds:.1f} s",
-            str(kind.uncertain),
-            str(kind.lanes_blocked),
-        )
-    console.print(table)
-    if report.blocked:
-        lanes = Table(title="blocked lanes (oldest first)")
-        for column in ("lane", "head", "head kind", "why", "since"):
-            lanes.add_column(column)
-        for lane in report.blocked:
-            why = (
-                "head from a newer build"
-                if lane.foreign_head
-                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
-            )
-            lanes.add_row(
-                lane.lane_key,
-                str(lane.head_id),
-                lane.head_kind,
-                why,
-                f"{lane.since:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(lanes)
-    if report.stopped:
-        stopped = Table(title="kinds stopped: their adapter cannot be built with these settings")
-        for column in ("kind", "from", "why"):
-            stopped.add_column(column)
-        for kind in report.stopped:
-            stopped.add_row(kind.kind, kind.distribution, kind.error)
-        console.print(stopped)
 
 
 @main.command(epilog=CONFIG_HELP)

@@ -19,8 +19,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from .adapter import ActionAdapter
-    from .erasure import PersonDataCatalog
     from .migrations import MigrationLine
+    from .person_data import PersonDataCatalog
 
 PROJECT = "outbox"
 hookspec = pluggy.HookspecMarker(PROJECT)

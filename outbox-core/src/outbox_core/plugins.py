@@ -31,9 +31,9 @@ import pluggy
 
 from . import hookspecs
 from .adapter import ActionAdapter
-from .erasure import PersonDataCatalog
 from .errors import PluginLoadError, RegistrationError
 from .migrations import MigrationLine, core_line, ordered
+from .person_data import PersonDataCatalog
 from .registry import KindRegistry
 
 ENTRY_POINT_GROUP = "outbox_core.plugins"

@@ -82,3 +82,49 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         blocked=blocked,
         stopped=check_kinds(registry, outbox.settings),
     )
+
+
+def print_status(report: StatusReport) -> None:
+    """The report as tables on the terminal (`outbox status`, the quickstart)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="outbox status")
+    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for kind in report.kinds:
+        table.add_row(
+            kind.kind,
+            str(kind.due),
+            str(kind.executing),
+            f"{kind.oldest_due_age_seconds:.1f} s",
+            str(kind.uncertain),
+            str(kind.lanes_blocked),
+        )
+    console.print(table)
+    if report.blocked:
+        lanes = Table(title="blocked lanes (oldest first)")
+        for column in ("lane", "head", "head kind", "why", "since"):
+            lanes.add_column(column)
+        for lane in report.blocked:
+            why = (
+                "head from a newer build"
+                if lane.foreign_head
+                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
+            )
+            lanes.add_row(
+                lane.lane_key,
+                str(lane.head_id),
+                lane.head_kind,
+                why,
+                f"{lane.since:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(lanes)
+    if report.stopped:
+        stopped = Table(title="kinds stopped: their adapter cannot be built with these settings")
+        for column in ("kind", "from", "why"):
+            stopped.add_column(column)
+        for halted in report.stopped:
+            stopped.add_row(halted.kind, halted.distribution, halted.error)
+        console.print(stopped)

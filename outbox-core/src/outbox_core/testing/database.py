@@ -23,6 +23,7 @@ from ..outbox import Outbox
 from ..plugins import PluginHost
 from ..registry import KindRegistry
 from ..settings import OutboxSettings
+from .draining import drain
 
 ENV_URL = "OUTBOX_TEST_DATABASE_URL"
 LOCAL_CANDIDATES = (
@@ -152,8 +153,6 @@ class OutboxTestDatabase:
             return await executor.drain(timeout=timeout)
 
     def drain(self, *, timeout: float = 60.0, **values: Any) -> int:
-        from . import drain
-
         settings = self.settings.model_copy(update=values)
         outbox = Outbox(
             schema=self.schema, registry=self.registry, host=self.host, settings=settings
