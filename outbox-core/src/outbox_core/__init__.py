@@ -23,7 +23,7 @@ from .errors import (
 )
 from .executor import Executor
 from .executor.collector import tune_collector
-from .hookspecs import hookimpl, hookspec
+from .hookspecs import RegistrationContext, hookimpl, hookspec
 from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
 from .observability import action_event
@@ -81,6 +81,7 @@ __all__ = [
     "PersonDataCatalog",
     "PluginHost",
     "PluginLoadError",
+    "RegistrationContext",
     "RegistrationError",
     "Reread",
     "Retry",

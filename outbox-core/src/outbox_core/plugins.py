@@ -32,6 +32,7 @@ import pluggy
 from . import hookspecs
 from .adapter import ActionAdapter
 from .errors import PluginLoadError, RegistrationError
+from .hookspecs import RegistrationContext
 from .migrations import MigrationLine, core_line, ordered
 from .person_data import PersonDataCatalog
 from .registry import KindRegistry
@@ -61,6 +62,8 @@ class PluginHost:
     migration_lines: list[MigrationLine] = field(default_factory=list)
     person_data: list[PersonDataCatalog] = field(default_factory=list)
     kind_owner: dict[str, str] = field(default_factory=dict)
+    plugin_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each plugin's own state in this host (``RegistrationContext.state``), by plugin name."""
 
     @property
     def hook(self) -> Any:
@@ -196,20 +199,33 @@ def build_host(
     def who(impl: pluggy.HookImpl) -> PluginInfo:
         return by_module.get(impl.plugin_name, PluginInfo(impl.plugin_name, "(unknown)", "", ""))
 
-    _call_each(pm.hook.outbox_add_hookspecs, who, lambda _info: {"pluginmanager": pm})
+    def context_for(info: PluginInfo) -> RegistrationContext:
+        return RegistrationContext(
+            plugin=info.name,
+            distribution=info.distribution,
+            version=info.version,
+            pluginmanager=pm,
+            state=host.plugin_state.setdefault(info.name, {}),
+        )
+
+    _call_each(
+        pm.hook.outbox_add_hookspecs,
+        who,
+        lambda info: {"pluginmanager": pm, "context": context_for(info)},
+    )
 
     lines: list[MigrationLine] = [core_line()]
 
-    def kinds_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def kinds_for(info: PluginInfo) -> dict[str, Any]:
         def register(adapter: type[ActionAdapter]) -> None:
             entry = host.registry.register(
                 adapter, distribution=info.distribution, version=info.version
             )
             host.kind_owner[entry.kind] = info.distribution
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
-    def lines_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def lines_for(info: PluginInfo) -> dict[str, Any]:
         def register(line: MigrationLine) -> None:
             if not isinstance(line, MigrationLine):
                 raise RegistrationError(f"register() takes a MigrationLine, got {line!r}")
@@ -217,9 +233,9 @@ def build_host(
                 line = MigrationLine(line.name, line.package, line.directory, info.distribution)
             lines.append(line)
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
-    def person_data_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def person_data_for(info: PluginInfo) -> dict[str, Any]:
         def register(catalog: PersonDataCatalog) -> None:
             if not isinstance(catalog, PersonDataCatalog):
                 raise RegistrationError(
@@ -228,7 +244,7 @@ def build_host(
                 )
             host.person_data.append(catalog)
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
     _call_each(pm.hook.outbox_register_kinds, who, kinds_for)
     _call_each(pm.hook.outbox_register_migrations, who, lines_for)
