@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from pydantic import BaseModel
 
@@ -101,3 +105,22 @@ async def test_invalid_email_settings_in_the_environment_stop_only_email_and_sho
     assert "port" in stopped.error and "99999" not in stopped.error
     assert "hunter2" not in stopped.error
     assert outbox_db.scalar("SELECT state FROM {schema}.agent_action") == "DONE"
+
+
+def test_outbox_run_strict_refuses_email_settings_invalid_against_the_fence_margin(
+    outbox_db: OutboxTestDatabase,
+) -> None:
+    env = {**os.environ, "OUTBOX_DATABASE_URL": outbox_db.url, "OUTBOX_FENCE_MARGIN_SECONDS": "30"}
+    completed = subprocess.run(  # its own process: `outbox run` tunes the garbage collector
+        [sys.executable, "-m", "outbox_core.cli", "run", "--strict"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 1, completed.stderr
+    assert "strict start-up: 1 kind(s) cannot run with these settings: EMAIL" in completed.stderr
+    assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS (45.0) must be below the fence margin" in (
+        completed.stderr
+    )
