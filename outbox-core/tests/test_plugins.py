@@ -206,3 +206,33 @@ def test_the_plugins_command_prints_json(site: Path) -> None:
     fake = by_dist["outbox-fake"]["kinds"][0]
     assert fake["kind"] == "FAKE_KIND"
     assert fake["variants"]["shape"] == "one"
+
+
+def test_a_hook_that_names_context_gets_its_plugin_its_host_and_its_own_state() -> None:
+    from types import SimpleNamespace
+
+    from outbox_core import RegistrationContext, hookimpl
+
+    seen: list[RegistrationContext] = []
+
+    @hookimpl
+    def outbox_add_hookspecs(context: RegistrationContext) -> None:
+        seen.append(context)
+        context.state["collected"] = ["from add_hookspecs"]
+
+    @hookimpl
+    def outbox_register_kinds(register: Any, context: RegistrationContext) -> None:
+        seen.append(context)
+        context.state["collected"].append("from register_kinds")
+        register(NoopAdapter)
+
+    plugin = SimpleNamespace(
+        outbox_add_hookspecs=outbox_add_hookspecs, outbox_register_kinds=outbox_register_kinds
+    )
+    first = build_host([("app", plugin)], use_entry_points=False)
+    second = build_host([("app", plugin)], use_entry_points=False)
+    assert [context.plugin for context in seen] == ["app"] * 4
+    assert seen[0].pluginmanager is first.pluginmanager
+    assert seen[2].pluginmanager is second.pluginmanager
+    assert first.plugin_state["app"] == {"collected": ["from add_hookspecs", "from register_kinds"]}
+    assert second.plugin_state["app"] is not first.plugin_state["app"]  # one state per host

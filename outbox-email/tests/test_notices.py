@@ -146,3 +146,14 @@ def test_every_hook_of_the_package_is_documented() -> None:
     for name in hooks:
         doc = inspect.getdoc(getattr(hookspecs, name)) or ""
         assert "register(" in doc and "RegistrationError" in doc
+
+
+def test_each_host_keeps_the_notices_it_collected_in_the_plugins_own_state() -> None:
+    with_app = build_host(extra_plugins=[("app", notices)])
+    without = build_host()
+
+    for host in (with_app, without):
+        kept = host.plugin_state["email"]["notices"]
+        assert host.registry.get("EMAIL").adapter.notices is kept
+    assert "welcome" in with_app.plugin_state["email"]["notices"].names
+    assert without.plugin_state["email"]["notices"].names == []

@@ -1,8 +1,14 @@
-"""outbox-core: effects that run exactly when the database change that asked for them commits."""
+"""outbox-core: effects that run exactly when the database change that asked for them commits.
+
+The names in ``__all__`` are the public API, listed with one line each in ``docs/api.md``; so
+is the ``outbox_core.testing`` module. Everything else (the submodules and their other names)
+is internal and may change in any release.
+"""
 
 from .action import Action
 from .adapter import ActionAdapter
-from .attempt import ActionAttempt, WriteFence
+from .attempt import ActionAttempt, LeaseLost, WriteFence
+from .erasure import ErasureReport, erase_subject
 from .errors import (
     ConfigurationError,
     EgressViolation,
@@ -15,10 +21,15 @@ from .errors import (
     UndecodableAction,
     UnknownKind,
 )
-from .hookspecs import hookimpl
-from .migrations import MigrationLine
+from .executor import Executor
+from .executor.collector import tune_collector
+from .hookspecs import RegistrationContext, hookimpl, hookspec
+from .lane_locks import LocksBusy
+from .migrations import MigrationLine, migrate
+from .observability import action_event
 from .outbox import Outbox, aenqueue, aenqueue_many, default_outbox, enqueue, enqueue_many
-from .plugins import load_plugins
+from .person_data import PersonDataCatalog
+from .plugins import PluginHost, build_host, load_plugins
 from .registry import KindRegistry
 from .requests import ActionRequest, Enqueued
 from .results import (
@@ -33,8 +44,10 @@ from .results import (
     StopReason,
     Uncertain,
 )
-from .settings import OutboxSettings
+from .settings import OutboxSettings, SectionSettings
+from .startup import StoppedKind
 from .states import ActionState
+from .status import StatusReport, collect_status
 from .variants import ActionVariants
 
 __all__ = [
@@ -52,29 +65,46 @@ __all__ = [
     "Done",
     "EgressViolation",
     "Enqueued",
+    "ErasureReport",
+    "Executor",
     "Failed",
     "IdempotencyConflict",
     "InvalidRequest",
     "KindRegistry",
+    "LeaseLost",
+    "LocksBusy",
     "MigrationError",
     "MigrationLine",
     "Outbox",
     "OutboxError",
     "OutboxSettings",
+    "PersonDataCatalog",
+    "PluginHost",
     "PluginLoadError",
+    "RegistrationContext",
     "RegistrationError",
     "Reread",
     "Retry",
+    "SectionSettings",
+    "StatusReport",
     "StopReason",
+    "StoppedKind",
     "Uncertain",
     "UndecodableAction",
     "UnknownKind",
     "WriteFence",
+    "action_event",
     "aenqueue",
     "aenqueue_many",
+    "build_host",
+    "collect_status",
     "default_outbox",
     "enqueue",
     "enqueue_many",
+    "erase_subject",
     "hookimpl",
+    "hookspec",
     "load_plugins",
+    "migrate",
+    "tune_collector",
 ]

@@ -23,7 +23,7 @@ import psycopg
 from pydantic import ValidationError
 
 from .errors import OutboxError
-from .settings import OutboxSettings
+from .settings import OutboxSettings, validation_problems
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -34,7 +34,10 @@ Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CON
   OUTBOX_DATABASE_URL   postgresql://user:password@host:5432/dbname
   OUTBOX_SCHEMA         the schema of outbox's tables (default: outbox)
   OUTBOX_LEASE_SECONDS, OUTBOX_CONCURRENCY, OUTBOX_CLAIM_BATCH, OUTBOX_POLL_SECONDS,
-  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS
+  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP
+  OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS  block plugins / load only these
+  OUTBOX_APP_PLUGINS    the application's modules that register kinds in code
+                        (myapp.outbox_plugin; the current directory is on sys.path)
 """
 
 
@@ -51,11 +54,7 @@ class State:
             try:
                 self._settings = OutboxSettings(**self.overrides)
             except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
-                    for error in exc.errors(include_input=False, include_url=False)
-                )
-                fail(f"configuration: {problems}", EXIT_USAGE)
+                fail(f"configuration: {validation_problems(exc)}", EXIT_USAGE)
         return self._settings
 
     def require_url(self) -> str:
@@ -189,6 +188,9 @@ def main(
 ) -> None:
     import os
 
+    if os.environ.get("OUTBOX_APP_PLUGINS") and "" not in sys.path and os.getcwd() not in sys.path:
+        # As uvicorn and celery do: the application's modules are found from where it runs.
+        sys.path.insert(0, os.getcwd())
     if config is not None:
         if not config.is_file():
             fail(f"--config {config}: no such file", EXIT_USAGE)
@@ -276,7 +278,7 @@ def status(state: State, as_json: bool, lanes: int) -> None:
     """Per kind: actions due, executing, the oldest due action's age, uncertain ones, and the
     lanes that are blocked (a head waiting out a backoff or a deferral, or a row this build
     cannot decode) with since when."""
-    from .status import collect_status
+    from .status import collect_status, print_status
 
     with connected(state.require_url()) as conn:
         report = collect_status(conn, state.outbox(), lanes=lanes)
@@ -284,44 +286,6 @@ def status(state: State, as_json: bool, lanes: int) -> None:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
     print_status(report)
-
-
-def print_status(report: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="outbox status")
-    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
-    for kind in report.kinds:
-        table.add_row(
-            kind.kind,
-            str(kind.due),
-            str(kind.executing),
-            f"{kind.oldest_due_age_seconds:.1f} s",
-            str(kind.uncertain),
-            str(kind.lanes_blocked),
-        )
-    console.print(table)
-    if report.blocked:
-        lanes = Table(title="blocked lanes (oldest first)")
-        for column in ("lane", "head", "head kind", "why", "since"):
-            lanes.add_column(column)
-        for lane in report.blocked:
-            why = (
-                "head from a newer build"
-                if lane.foreign_head
-                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
-            )
-            lanes.add_row(
-                lane.lane_key,
-                str(lane.head_id),
-                lane.head_kind,
-                why,
-                f"{lane.since:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(lanes)
 
 
 @main.command(epilog=CONFIG_HELP)
@@ -412,6 +376,12 @@ def erase(state: State, subject: str) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="embedded server's data folder (no database configured)",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="refuse to start when a kind cannot run with these settings (OUTBOX_STRICT_STARTUP); "
+    "without it that kind is stopped and the others run",
+)
 @click.pass_obj
 @_guard
 def run(
@@ -420,8 +390,13 @@ def run(
     kinds: str | None,
     metrics_port: int | None,
     data_dir: Path | None,
+    strict: bool,
 ) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
+
+    A kind whose adapter cannot be built with the settings (its plugin's settings are invalid)
+    is stopped, logged as executor.kind.stopped, and its actions stay queued; the other kinds
+    run. With --strict (or OUTBOX_STRICT_STARTUP=true) the executor refuses to start instead.
 
     On SIGTERM it stops claiming, lets running attempts finish within OUTBOX_SHUTDOWN_SECONDS,
     and leaves the rest to their leases.
@@ -429,6 +404,8 @@ def run(
     settings = state.settings
     if concurrency is not None:
         settings = settings.model_copy(update={"concurrency": concurrency})
+    if strict:
+        settings = settings.model_copy(update={"strict_startup": True})
     chosen = None
     if kinds is not None:
         chosen = [kind.strip() for kind in kinds.split(",") if kind.strip()]

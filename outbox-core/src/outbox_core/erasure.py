@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 from psycopg import AsyncConnection
 
 from .errors import InvalidRequest
 from .lane_locks import LockAgain, lanes_first
 from .observability import event
-
-if TYPE_CHECKING:
-    from .outbox import Outbox
-
+from .outbox import Outbox, default_outbox
 
 # The states that hold a place in a lane (a PROPOSED action holds none).
 _IN_A_LANE = ("ADMITTED", "EXECUTING")
-
-
-@runtime_checkable
-class PersonDataCatalog(Protocol):
-    """What a package erases for a subject. Registered with ``outbox_register_person_data``."""
-
-    name: str
-
-    async def erase(self, conn: AsyncConnection[Any], subject_account_id: str) -> int:
-        """Delete the subject's rows in ``conn``'s transaction; return how many."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +44,6 @@ async def erase_subject(
     lanes (see :mod:`outbox_core.lane_locks`), for up to ``lock_wait_seconds``; then
     :class:`~outbox_core.lane_locks.LocksBusy` is raised and nothing was deleted.
     """
-    from .outbox import default_outbox
-
     outbox = outbox if outbox is not None else default_outbox()
     if not isinstance(subject_account_id, str) or not subject_account_id:
         raise InvalidRequest("subject_account_id", "name the account to erase")

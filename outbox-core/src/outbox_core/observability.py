@@ -104,6 +104,7 @@ class Instruments:
         self.kinds: set[str] = set()
         self.snapshot = BacklogSnapshot()
         self._lock = threading.Lock()
+        self.stopped: dict[str, int] = {}
         self.attempts = meter.create_counter(
             "action.attempts",
             unit="{attempt}",
@@ -142,6 +143,18 @@ class Instruments:
                 name, callbacks=[self._observer(attribute)], description=description
             )
 
+        meter.create_observable_gauge(
+            "executor.kind.stopped",
+            callbacks=[self._observe_stopped],
+            description="1 for a kind an executor of this process stopped at start-up (its "
+            "adapter could not be built with the settings), 0 for a kind it runs",
+        )
+
+    def _observe_stopped(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            stopped = dict(self.stopped)
+        return [Observation(value, {"kind": kind}) for kind, value in sorted(stopped.items())]
+
     def _observer(self, attribute: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             with self._lock:
@@ -150,6 +163,13 @@ class Instruments:
             return [Observation(values.get(kind, 0), {"kind": kind}) for kind in kinds]
 
         return observe
+
+    def publish_stopped(self, served: Iterable[str], stopped: Iterable[str]) -> None:
+        """An executor opened serving ``served``, of which ``stopped`` could not start."""
+        names = set(stopped)
+        with self._lock:
+            for kind in served:
+                self.stopped[kind] = 1 if kind in names else 0
 
     def publish(self, snapshot: BacklogSnapshot) -> None:
         with self._lock:

@@ -6,10 +6,19 @@ No plugin manager exists at import time: :func:`make_plugin_manager` builds one 
 ``OUTBOX_DISABLE_PLUGINS`` (comma-separated names) blocks plugins on purpose;
 ``OUTBOX_PLUGINS``, when set, is an allowlist. A name is the entry point name (``email``) or
 the distribution name (``outbox-email``).
+
+``OUTBOX_APP_PLUGINS`` (comma-separated module names, ``myapp.outbox_plugin``) names modules of
+the application that implement hooks like a plugin: each is imported and registered after the
+entry points, under its module name, so that an application's own kinds, migration lines and
+notices reach every default path (``outbox_core.enqueue``, the CLI, the executor). The
+allowlist does not apply to them (they are named on purpose); the blocklist does, by module
+name. A module that cannot be imported, or has no hook implementation, stops start-up with an
+error naming it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -22,14 +31,16 @@ import pluggy
 
 from . import hookspecs
 from .adapter import ActionAdapter
-from .erasure import PersonDataCatalog
 from .errors import PluginLoadError, RegistrationError
+from .hookspecs import RegistrationContext
 from .migrations import MigrationLine, core_line, ordered
+from .person_data import PersonDataCatalog
 from .registry import KindRegistry
 
 ENTRY_POINT_GROUP = "outbox_core.plugins"
 DISABLE_VARIABLE = "OUTBOX_DISABLE_PLUGINS"
 ALLOW_VARIABLE = "OUTBOX_PLUGINS"
+APP_VARIABLE = "OUTBOX_APP_PLUGINS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,8 @@ class PluginHost:
     migration_lines: list[MigrationLine] = field(default_factory=list)
     person_data: list[PersonDataCatalog] = field(default_factory=list)
     kind_owner: dict[str, str] = field(default_factory=dict)
+    plugin_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each plugin's own state in this host (``RegistrationContext.state``), by plugin name."""
 
     @property
     def hook(self) -> Any:
@@ -92,10 +105,26 @@ def _version(distribution: str) -> str:
 
 
 def _names(variable: str) -> set[str] | None:
+    listed = _listed(variable)
+    return None if listed is None else set(listed)
+
+
+def _listed(variable: str) -> list[str] | None:
     raw = os.environ.get(variable)
     if raw is None:
         return None
-    return {part.strip() for part in raw.split(",") if part.strip()}
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _import_app_plugin(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise PluginLoadError(
+            f"{APP_VARIABLE}: the module {name!r} failed to import: {type(exc).__name__}: "
+            f"{exc}. Name a module that this process can import (the outbox command puts "
+            f"the current directory on sys.path), or take it out of {APP_VARIABLE}"
+        ) from exc
 
 
 def make_plugin_manager() -> pluggy.PluginManager:
@@ -112,13 +141,16 @@ def build_host(
     extra_plugins: Iterable[tuple[str, ModuleType | object]] = (),
     *,
     use_entry_points: bool = True,
+    app_plugins: Iterable[str] | None = None,
 ) -> PluginHost:
-    """Load the installed plugins (and ``extra_plugins``: (name, module or object) pairs,
-    for applications and tests) and collect what they register."""
+    """Load the installed plugins, the modules ``app_plugins`` names (by default those of
+    ``OUTBOX_APP_PLUGINS``) and ``extra_plugins`` ((name, module or object) pairs, for tests),
+    and collect what they register."""
     pm = make_plugin_manager()
     host = PluginHost(pluginmanager=pm)
     disabled = _names(DISABLE_VARIABLE) or set()
     allowed = _names(ALLOW_VARIABLE)
+    apps = list(app_plugins) if app_plugins is not None else _listed(APP_VARIABLE) or []
     loaded: list[tuple[PluginInfo, object]] = []
     for ep in _entry_points() if use_entry_points else []:
         dist = ep.dist.name if ep.dist is not None else "(unknown)"
@@ -136,6 +168,13 @@ def build_host(
                 f"{DISABLE_VARIABLE}={ep.name}"
             ) from exc
         loaded.append((PluginInfo(ep.name, dist, version, ep.value), module))
+    app_names: set[str] = set()
+    for name in dict.fromkeys(apps):
+        if name in disabled:
+            host.blocked.append(name)
+            continue
+        loaded.append((PluginInfo(name, name, "", name), _import_app_plugin(name)))
+        app_names.add(name)
     for name, module in extra_plugins:
         module_name = getattr(module, "__name__", type(module).__name__)
         loaded.append((PluginInfo(name, name, "", module_name), module))
@@ -147,6 +186,12 @@ def build_host(
             raise PluginLoadError(
                 f"plugin {info.name!r} from {info.distribution} {info.version}: {exc}"
             ) from exc
+        if info.name in app_names and not pm.get_hookcallers(module):
+            raise PluginLoadError(
+                f"{APP_VARIABLE}: the module {info.name!r} registers nothing: it has no "
+                "@outbox_core.hookimpl function (outbox_register_kinds, "
+                "outbox_register_migrations, ...). Name the module that holds them"
+            )
         host.plugins.append(info)
 
     by_module = {info.name: info for info, _ in loaded}
@@ -154,20 +199,33 @@ def build_host(
     def who(impl: pluggy.HookImpl) -> PluginInfo:
         return by_module.get(impl.plugin_name, PluginInfo(impl.plugin_name, "(unknown)", "", ""))
 
-    _call_each(pm.hook.outbox_add_hookspecs, who, lambda _info: {"pluginmanager": pm})
+    def context_for(info: PluginInfo) -> RegistrationContext:
+        return RegistrationContext(
+            plugin=info.name,
+            distribution=info.distribution,
+            version=info.version,
+            pluginmanager=pm,
+            state=host.plugin_state.setdefault(info.name, {}),
+        )
+
+    _call_each(
+        pm.hook.outbox_add_hookspecs,
+        who,
+        lambda info: {"pluginmanager": pm, "context": context_for(info)},
+    )
 
     lines: list[MigrationLine] = [core_line()]
 
-    def kinds_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def kinds_for(info: PluginInfo) -> dict[str, Any]:
         def register(adapter: type[ActionAdapter]) -> None:
             entry = host.registry.register(
                 adapter, distribution=info.distribution, version=info.version
             )
             host.kind_owner[entry.kind] = info.distribution
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
-    def lines_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def lines_for(info: PluginInfo) -> dict[str, Any]:
         def register(line: MigrationLine) -> None:
             if not isinstance(line, MigrationLine):
                 raise RegistrationError(f"register() takes a MigrationLine, got {line!r}")
@@ -175,9 +233,9 @@ def build_host(
                 line = MigrationLine(line.name, line.package, line.directory, info.distribution)
             lines.append(line)
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
-    def person_data_for(info: PluginInfo) -> dict[str, Callable[..., None]]:
+    def person_data_for(info: PluginInfo) -> dict[str, Any]:
         def register(catalog: PersonDataCatalog) -> None:
             if not isinstance(catalog, PersonDataCatalog):
                 raise RegistrationError(
@@ -186,7 +244,7 @@ def build_host(
                 )
             host.person_data.append(catalog)
 
-        return {"register": register}
+        return {"register": register, "context": context_for(info)}
 
     _call_each(pm.hook.outbox_register_kinds, who, kinds_for)
     _call_each(pm.hook.outbox_register_migrations, who, lines_for)
@@ -219,12 +277,17 @@ def _call_each(
 
 
 _lock = threading.Lock()
-_cache: dict[tuple[str | None, str | None], PluginHost] = {}
+_cache: dict[tuple[str | None, str | None, str | None], PluginHost] = {}
 
 
 def load_plugins() -> PluginHost:
-    """The installed plugins, loaded once per process and per value of the two variables."""
-    key = (os.environ.get(DISABLE_VARIABLE), os.environ.get(ALLOW_VARIABLE))
+    """The installed plugins and the modules of ``OUTBOX_APP_PLUGINS``, loaded once per process
+    and per value of the three variables."""
+    key = (
+        os.environ.get(DISABLE_VARIABLE),
+        os.environ.get(ALLOW_VARIABLE),
+        os.environ.get(APP_VARIABLE),
+    )
     with _lock:
         host = _cache.get(key)
         if host is None:

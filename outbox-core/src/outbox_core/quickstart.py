@@ -24,7 +24,7 @@ from .registry import KindRegistry
 from .requests import ActionRequest
 from .results import Abandoned, AdapterResult, Done
 from .settings import OutboxSettings
-from .status import collect_status
+from .status import collect_status, print_status
 from .variants import ActionVariants
 
 DEMO_KIND = "QUICKSTART_LINE"
@@ -95,8 +95,6 @@ def run_quickstart(
     done = asyncio.run(_run(outbox, url, settings, ids, console))
     with psycopg.connect(url) as conn:
         report = collect_status(conn, outbox)
-    from .cli import print_status
-
     print_status(report)
     return done
 

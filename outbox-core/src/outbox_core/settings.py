@@ -12,7 +12,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .sqlfiles import SCHEMA_NAME
@@ -38,6 +45,15 @@ def config_file_table(section: str = "outbox") -> dict[str, Any]:
     for part in section.split("."):
         table = table.get(part, {}) if isinstance(table, dict) else {}
     return dict(table) if isinstance(table, dict) else {}
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A validation error as one line, ``field: message; ...``, without the input values (a
+    value may be a secret)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False)
+    )
 
 
 class _TomlSource(PydanticBaseSettingsSource):
@@ -119,6 +135,11 @@ class OutboxSettings(SectionSettings):
             "outbox run: how long to wait for a database that is unreachable or starting up "
             "(a login refused or a database missing fails at once)"
         ),
+    )
+    strict_startup: bool = Field(
+        default=False,
+        description="an executor refuses to open when a kind it serves cannot run with these "
+        "settings (its adapter cannot be built); unset: that kind is stopped, the others run",
     )
 
     @field_validator("schema_name")

@@ -1,4 +1,5 @@
-"""What ``outbox status`` shows: the backlog per kind and the lanes that are blocked."""
+"""What ``outbox status`` shows: the backlog per kind, the lanes that are blocked, and the kinds
+that an executor with these settings would stop (see ``startup.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from psycopg import Connection
 
 from .outbox import Outbox
+from .startup import StoppedKind, check_kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class BlockedLane:
 class StatusReport:
     kinds: list[KindStatus] = field(default_factory=list)
     blocked: list[BlockedLane] = field(default_factory=list)
+    stopped: list[StoppedKind] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -46,11 +49,13 @@ class StatusReport:
             "blocked_lanes": [
                 {key: plain(value) for key, value in asdict(lane).items()} for lane in self.blocked
             ],
+            "stopped_kinds": [asdict(kind) for kind in self.stopped],
         }
 
 
 def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) -> StatusReport:
-    """Counts of the rows this build decodes, by kind; blocked lanes, oldest first."""
+    """Counts of the rows this build decodes, by kind; blocked lanes, oldest first; the kinds
+    whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
     params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
@@ -75,4 +80,51 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     return StatusReport(
         kinds=[KindStatus(kind, **values) for kind, values in sorted(stats.items())],
         blocked=blocked,
+        stopped=check_kinds(registry, outbox.settings),
     )
+
+
+def print_status(report: StatusReport) -> None:
+    """The report as tables on the terminal (`outbox status`, the quickstart)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="outbox status")
+    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for kind in report.kinds:
+        table.add_row(
+            kind.kind,
+            str(kind.due),
+            str(kind.executing),
+            f"{kind.oldest_due_age_seconds:.1f} s",
+            str(kind.uncertain),
+            str(kind.lanes_blocked),
+        )
+    console.print(table)
+    if report.blocked:
+        lanes = Table(title="blocked lanes (oldest first)")
+        for column in ("lane", "head", "head kind", "why", "since"):
+            lanes.add_column(column)
+        for lane in report.blocked:
+            why = (
+                "head from a newer build"
+                if lane.foreign_head
+                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
+            )
+            lanes.add_row(
+                lane.lane_key,
+                str(lane.head_id),
+                lane.head_kind,
+                why,
+                f"{lane.since:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(lanes)
+    if report.stopped:
+        stopped = Table(title="kinds stopped: their adapter cannot be built with these settings")
+        for column in ("kind", "from", "why"):
+            stopped.add_column(column)
+        for halted in report.stopped:
+            stopped.add_row(halted.kind, halted.distribution, halted.error)
+        console.print(stopped)

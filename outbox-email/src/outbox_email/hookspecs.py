@@ -2,7 +2,7 @@
 
 The plugin adds these specifications in ``outbox_add_hookspecs``, so any plugin, or the
 application registered as one (an entry point in ``outbox_core.plugins``, or
-``outbox_core.plugins.build_host(extra_plugins=[("myapp", module)])``), can implement them.
+a module named in ``OUTBOX_APP_PLUGINS``), can implement them.
 """
 
 from __future__ import annotations

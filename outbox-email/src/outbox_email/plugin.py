@@ -6,37 +6,31 @@ the adapter.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pluggy
 
-from outbox_core import ActionAdapter, MigrationLine, RegistrationError, hookimpl
+from outbox_core import ActionAdapter, MigrationLine, RegistrationContext, hookimpl
 
 from . import hookspecs
 from .adapter import EmailAdapter
 from .notices import collect_notices
 
-# The plugin manager of the host being built, between outbox_add_hookspecs and
-# outbox_register_kinds (both run in one build_host() call, on one thread).
-_building = threading.local()
-
 
 @hookimpl
 def outbox_add_hookspecs(pluginmanager: pluggy.PluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-    _building.pluginmanager = pluginmanager
 
 
 @hookimpl
-def outbox_register_kinds(register: Callable[[type[ActionAdapter]], None]) -> None:
-    pluginmanager = _building.__dict__.pop("pluginmanager", None)
-    if pluginmanager is None:
-        raise RegistrationError(
-            "outbox-email: outbox_register_kinds ran without outbox_add_hookspecs; load the "
-            "plugin through outbox_core.plugins.build_host()"
-        )
-    register(EmailAdapter.bind(collect_notices(pluginmanager)))
+def outbox_register_kinds(
+    register: Callable[[type[ActionAdapter]], None], context: RegistrationContext
+) -> None:
+    # Every plugin's hookspecs are in by now: the notices of this host's plugins (and of the
+    # application) become the EMAIL kind's variants, and stay in this plugin's state.
+    notices = collect_notices(context.pluginmanager)
+    context.state["notices"] = notices
+    register(EmailAdapter.bind(notices))
 
 
 @hookimpl

@@ -68,7 +68,8 @@ class EmailSettings(SectionSettings):
         default=45.0,
         gt=0,
         description="the whole transaction after the write fence; below the core's "
-        "fence_margin_seconds (60), since the provider call must end within the lease",
+        "fence_margin_seconds (60), since the provider call must end within the lease (else "
+        "an executor stops the EMAIL kind, or refuses to open with strict start-up)",
     )
     reuse_connections: bool = Field(
         default=True, description="keep connections open for the next message"

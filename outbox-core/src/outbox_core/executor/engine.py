@@ -32,6 +32,7 @@ from ..adapter import ActionAdapter
 from ..observability import BacklogSnapshot, event
 from ..outbox import Outbox
 from ..settings import OutboxSettings
+from ..startup import StoppedKind
 from .attempts import ATTEMPT_OPS, Attempts
 from .claims import Claims
 from .endings import Endings
@@ -71,7 +72,13 @@ class Executor:
 
     @property
     def kinds(self) -> list[str]:
+        """The kinds this executor runs (those it serves, less those stopped when it opened)."""
         return self.rt.kinds
+
+    @property
+    def stopped(self) -> list[StoppedKind]:
+        """The kinds it serves whose adapter could not be built when it opened."""
+        return self.rt.stopped
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]] | None:
@@ -86,9 +93,9 @@ class Executor:
     async def open(self) -> None:
         rt = self.rt
         rt.accepting = True
+        if not rt.kinds_started:
+            rt.start_kinds()
         await rt.open_pool()
-        for kind in rt.kinds:
-            rt.adapter(kind)
         rt.plan_limits(lambda kind: rt.adapter(kind).max_concurrency)
         if self._watchdog_task is None:
             self._watchdog_task = asyncio.create_task(
@@ -140,7 +147,12 @@ class Executor:
             asyncio.create_task(self.claims.loop(), name="outbox-claim"),
             asyncio.create_task(self.maintenance.loop(), name="outbox-maintenance"),
         ]
-        event("executor.started", kinds=",".join(rt.kinds), concurrency=rt.settings.concurrency)
+        event(
+            "executor.started",
+            kinds=",".join(rt.kinds),
+            stopped=",".join(kind.kind for kind in rt.stopped),
+            concurrency=rt.settings.concurrency,
+        )
         try:
             done, _ = await asyncio.wait([stopper, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in done:

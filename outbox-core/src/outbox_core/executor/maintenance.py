@@ -90,7 +90,9 @@ class Maintenance:
         it every ``blocked_lanes_seconds``)."""
         rt = self.rt
         snapshot = BacklogSnapshot()
-        params = rt.filter_params()
+        # Every served kind, also a stopped one: its due actions pile up, and that is the alert.
+        flt = rt.served_filter
+        params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
         async with rt.connection() as conn, conn.transaction():
             # With a million rows the planner's cost passes the JIT threshold, and compiling
             # these scans took longer than running them (0.7 s of 1 s for blocked lanes).
@@ -100,7 +102,7 @@ class Maintenance:
                 snapshot.due[kind] = due
                 snapshot.executing[kind] = executing
                 snapshot.oldest_due_age[kind] = oldest
-            cursor = await conn.execute(rt.queries["uncertain_counts"], {"kinds": rt.kinds})
+            cursor = await conn.execute(rt.queries["uncertain_counts"], {"kinds": rt.served})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
             if blocked or self._blocked_counted_at is None:
                 cursor = await conn.execute(

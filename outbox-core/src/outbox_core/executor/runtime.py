@@ -6,6 +6,7 @@ each hold it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -14,10 +15,11 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from ..adapter import ActionAdapter
-from ..observability import Instruments, Tally
+from ..observability import Instruments, Tally, event
 from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
 from ..settings import OutboxSettings
+from ..startup import StoppedKind, build_adapters, refusal
 from .jsonb import use_fast_loads
 
 
@@ -34,9 +36,16 @@ class Runtime:
         self.conninfo = conninfo
         self.settings = settings
         registry = outbox.registry
-        self.kinds = sorted(set(kinds)) if kinds is not None else registry.kinds
+        self.served: list[str] = sorted(set(kinds)) if kinds is not None else registry.kinds
+        """The kinds this executor serves; ``kinds`` less those stopped when it opened."""
+        self.kinds = list(self.served)
+        """The kinds this executor runs: those it serves less those stopped when it opened."""
         self.entries: dict[str, RegisteredKind] = {kind: registry.get(kind) for kind in self.kinds}
         self.filter: KindFilter = registry.filter(self.kinds)
+        self.served_filter = self.filter
+        self.stopped: list[StoppedKind] = []
+        """Kinds whose adapter could not be built when the executor opened (see startup.py)."""
+        self.kinds_started = False
         self.adapters: dict[str, ActionAdapter] = dict(adapters or {})
         self.queries = outbox.queries
         self.instruments = Instruments.shared(self.kinds)
@@ -66,6 +75,31 @@ class Runtime:
             adapter = self.entries[kind].adapter.build(self.settings)
             self.adapters[kind] = adapter
         return adapter
+
+    def start_kinds(self) -> None:
+        """Build the adapters of the served kinds; a kind whose adapter cannot be built is
+        stopped (logged, gauged, its actions left queued), or refused with strict start-up."""
+        pending = {kind: entry for kind, entry in self.entries.items() if kind not in self.adapters}
+        built, stopped = build_adapters(pending, self.settings)
+        if stopped and self.settings.strict_startup:
+            raise refusal(stopped, strict=True)
+        if stopped and len(stopped) == len(self.served):
+            raise refusal(stopped, strict=False)
+        self.adapters.update(built)
+        for kind in stopped:
+            event(
+                "executor.kind.stopped",
+                level=logging.ERROR,
+                kind=kind.kind,
+                distribution=kind.distribution,
+                error=kind.error,
+            )
+        names = {kind.kind for kind in stopped}
+        self.stopped = stopped
+        self.kinds = [kind for kind in self.served if kind not in names]
+        self.filter = self.outbox.registry.filter(self.kinds)
+        self.instruments.publish_stopped(self.served, names)
+        self.kinds_started = True
 
     def kind_limit(self, kind: str) -> int | None:
         return self.settings.kind_concurrency.get(kind) or self.adapter(kind).max_concurrency

@@ -23,6 +23,7 @@ from ..outbox import Outbox
 from ..plugins import PluginHost
 from ..registry import KindRegistry
 from ..settings import OutboxSettings
+from .draining import drain
 
 ENV_URL = "OUTBOX_TEST_DATABASE_URL"
 LOCAL_CANDIDATES = (
@@ -103,14 +104,17 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
 
 @dataclass
 class OutboxTestDatabase:
-    """A fresh database cloned from the migrated template, with an Outbox bound to it."""
+    """A fresh database cloned from the migrated template, with an Outbox bound to it.
+
+    Its executors start strictly (``strict_startup``): in a test, a kind whose adapter cannot
+    be built fails the test where it opens instead of leaving its actions queued."""
 
     url: str
     name: str
     schema: str
     host: PluginHost
     registry: KindRegistry = field(default_factory=KindRegistry)
-    settings: OutboxSettings = field(default_factory=OutboxSettings)
+    settings: OutboxSettings = field(default_factory=lambda: OutboxSettings(strict_startup=True))
 
     @property
     def outbox(self) -> Outbox:
@@ -149,8 +153,6 @@ class OutboxTestDatabase:
             return await executor.drain(timeout=timeout)
 
     def drain(self, *, timeout: float = 60.0, **values: Any) -> int:
-        from . import drain
-
         settings = self.settings.model_copy(update=values)
         outbox = Outbox(
             schema=self.schema, registry=self.registry, host=self.host, settings=settings
