@@ -88,7 +88,7 @@ async def test_a_kind_whose_adapter_cannot_be_built_stops_that_kind_only(
         assert [kind.kind for kind in executor.stopped] == ["TEST_EXPLODING", "TEST_MISCONFIGURED"]
         assert "TEST_MISCONFIGURED" not in executor.kinds
         assert "TEST_NOOP" in executor.kinds
-        gauge = dict(executor.instruments.stopped)
+        gauge = dict(executor.rt.instruments.stopped)
     assert states(mixed) == {
         "TEST_NOOP": ActionState.DONE,
         "TEST_MISCONFIGURED": ActionState.ADMITTED,  # queued for an executor that can run it

@@ -64,7 +64,7 @@ async def test_email_settings_invalid_against_the_fence_margin_stop_only_email(
         await executor.drain()
         assert [kind.kind for kind in executor.stopped] == ["EMAIL"]
         assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS" in executor.stopped[0].error
-        assert executor.instruments.stopped["EMAIL"] == 1
+        assert executor.rt.instruments.stopped["EMAIL"] == 1
     assert action(below_margin, "welcome:ada") == (ActionState.ADMITTED, None, 0)
     note = below_margin.scalar(
         "SELECT state FROM {schema}.agent_action WHERE idempotency_key = 'note-1'"
