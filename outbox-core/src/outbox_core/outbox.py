@@ -7,9 +7,10 @@ use the one built from the environment and the installed plugins.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -18,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from .action import Action
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
+from .lane_locks import _savepoint as _asavepoint
 from .lane_locks import lanes_first
 from .plugins import PluginHost, load_plugins
 from .registry import KindRegistry, RegisteredKind
@@ -26,6 +28,24 @@ from .results import StopReason
 from .settings import OutboxSettings
 from .sqlfiles import core_queries, quote_schema
 from .states import ActionState
+
+
+@contextmanager
+def _savepoint(conn: Connection[Any]) -> Iterator[None]:
+    """The sync twin of :func:`outbox_core.lane_locks._savepoint`: not ``conn.transaction()``,
+    which on an idle connection outside autocommit commits when it ends."""
+    if conn.autocommit:
+        with conn.transaction():
+            yield
+        return
+    conn.execute("SAVEPOINT outbox_batch")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK TO SAVEPOINT outbox_batch")
+        conn.execute("RELEASE SAVEPOINT outbox_batch")
+        raise
+    conn.execute("RELEASE SAVEPOINT outbox_batch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +132,19 @@ class Outbox:
                 f"{request.expires_at.isoformat()} has already passed (database time "
                 f"{now.isoformat()}); an expired action would never run",
             )
+        if request.expires_at is not None and now is not None and adapter.retained:
+            # An ended action keeps its key for the retention, and no longer: a notice that
+            # may still arrive after that would find no key and enqueue its effect again.
+            retention = timedelta(days=self.settings.retention_days)
+            if request.expires_at > now + retention:
+                raise InvalidRequest(
+                    "expires_at",
+                    f"{request.expires_at.isoformat()} is further out than the retention of "
+                    f"ended actions ({self.settings.retention_days:g} days from database time "
+                    f"{now.isoformat()}, OUTBOX_RETENTION_DAYS): a late redelivery after the "
+                    "key was deleted would enqueue the effect again. Expire sooner, or raise "
+                    "the retention for every replica",
+                )
         payload = entry.variants.encode(request.payload)
         entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
         params = {
@@ -212,7 +245,7 @@ class Outbox:
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
-        with conn.transaction():
+        with _savepoint(conn):
             rows = conn.execute(
                 self.queries["enqueue_many"], self._many_params(prepared)
             ).fetchall()
@@ -237,7 +270,7 @@ class Outbox:
         now = await self._adb_now(conn) if self._needs_clock(requests) else None
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
-        async with conn.transaction():
+        async with _asavepoint(conn):
             cursor = await conn.execute(self.queries["enqueue_many"], self._many_params(prepared))
             created = {key: action_id for key, action_id, _ in await cursor.fetchall()}
             missing = [
@@ -373,14 +406,14 @@ class Outbox:
         return actions
 
     def decode(self, action: Action) -> Any:
-        """The payload of a live action as its variant's model; UndecodableAction otherwise."""
+        """The payload of a live action as its variant's model, None for an ended one (which
+        has no payload); UndecodableAction when this build lacks the kind or the variant (for
+        key-suffix variants also of an ended action: its key still names the variant)."""
         if action.kind not in self.registry:
             raise UndecodableAction(
                 f"action {action.id} is a {action.kind}, a kind this build does not have "
                 f"(installed: {', '.join(self.registry.kinds) or 'none'}); a newer build wrote it"
             )
-        if action.payload is None:
-            return None
         entry = self.registry.get(action.kind)
         return entry.variants.decode_or_raise(
             action.payload, action.idempotency_key, kind=action.kind
