@@ -35,6 +35,7 @@ def test_the_page_names_every_file_of_the_example() -> None:
     assert set(files_from_page()) == {
         "pyproject.toml",
         "src/outbox_webhook/adapter.py",
+        "src/outbox_webhook/enqueue.py",
         "src/outbox_webhook/plugin.py",
         "src/outbox_webhook/migrations/0001_webhook_kind.sql",
         "tests/test_webhook.py",
@@ -78,4 +79,4 @@ def test_the_example_plugin_builds_installs_and_runs_one_action(tmp_path: Path) 
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "2 passed" in completed.stdout
+    assert "3 passed" in completed.stdout
