@@ -35,6 +35,7 @@ def test_the_page_names_every_file_of_the_example() -> None:
     assert set(files_from_page()) == {
         "pyproject.toml",
         "src/outbox_webhook/adapter.py",
+        "src/outbox_webhook/enqueue.py",
         "src/outbox_webhook/plugin.py",
         "src/outbox_webhook/migrations/0001_webhook_kind.sql",
         "tests/conftest.py",
@@ -79,5 +80,5 @@ def test_the_example_plugin_builds_installs_runs_one_action_and_conforms(tmp_pat
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    # The two tests of the page and the nine of the conformance suite, none failed or skipped.
-    assert "11 passed" in completed.stdout, completed.stdout
+    # The three tests of the page and the nine of the conformance suite, none failed or skipped.
+    assert "12 passed" in completed.stdout, completed.stdout

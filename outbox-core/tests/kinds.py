@@ -113,3 +113,24 @@ class WorkspaceAdapter(ActionAdapter):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         await asyncio.sleep(0)
         return Done()
+
+
+class SuffixAdapter(ActionAdapter):
+    """A kind whose variant is the key's last segment: build 1 knows ``create`` only."""
+
+    kind = "TEST_SUFFIX"
+    instance_level = True
+    suffixes: ClassVar[tuple[str, ...]] = ("create",)
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.key_suffix(cls.suffixes, Step)
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        return Done()
+
+
+class SuffixAdapterBuild2(SuffixAdapter):
+    """The same kind in a newer build, which adds the ``edit`` variant."""
+
+    suffixes = ("create", "edit")

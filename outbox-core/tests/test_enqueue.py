@@ -286,3 +286,78 @@ def test_a_model_instance_is_accepted_as_the_payload(db: OutboxTestDatabase) -> 
         db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "l", "model", payload=Step(n=3)))
         conn.commit()
     assert db.scalar("SELECT payload FROM {schema}.agent_action") == {"n": 3, "note": None}
+
+
+def test_an_expiry_beyond_the_retention_of_ended_actions_is_refused_and_writes_nothing(
+    db: OutboxTestDatabase,
+) -> None:
+    # An ended action keeps its idempotency key for the retention (30 days), so a late
+    # redelivery up to the expiry still finds it; an expiry further out could not hold that.
+    with db.connect() as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        too_late = ActionRequest(
+            "TEST_NOOP", "l", "too-late", expires_at=now + timedelta(days=30, minutes=1)
+        )
+        message = r"expires_at: .* is further out than the retention of ended actions \(30 days"
+        with pytest.raises(InvalidRequest, match=message):
+            db.outbox.enqueue(conn, too_late)
+        with pytest.raises(InvalidRequest, match=message):
+            db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "l", "fine"), too_late])
+        conn.commit()
+        assert count(db) == 0
+        # Up to the retention is fine, and a longer retention allows a longer expiry.
+        db.outbox.enqueue(
+            conn,
+            ActionRequest("TEST_NOOP", "l", "in-time", expires_at=now + timedelta(days=29)),
+        )
+        db.configure(retention_days=60)
+        db.outbox.enqueue_many(conn, [too_late])
+        conn.commit()
+    assert count(db) == 2
+
+
+async def test_an_async_enqueue_refuses_an_expiry_beyond_the_retention_too(
+    db: OutboxTestDatabase,
+) -> None:
+    conn = await db.aconnect()
+    async with conn:
+        now = (await (await conn.execute("SELECT now()")).fetchone())[0]  # type: ignore[index]
+        too_late = ActionRequest("TEST_NOOP", "l", "too-late", expires_at=now + timedelta(days=31))
+        with pytest.raises(InvalidRequest, match="further out than the retention"):
+            await db.outbox.aenqueue(conn, too_late)
+        with pytest.raises(InvalidRequest, match="further out than the retention"):
+            await db.outbox.aenqueue_many(conn, [ActionRequest("TEST_NOOP", "l", "ok"), too_late])
+        await conn.commit()
+    assert count(db) == 0
+
+
+def test_a_batch_exists_exactly_when_the_callers_transaction_commits(
+    db: OutboxTestDatabase,
+) -> None:
+    # enqueue_many first in a transaction: its savepoint must not commit the batch itself.
+    with db.connect() as conn:
+        db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "rolled-back")])
+        conn.rollback()
+        assert count(db) == 0
+        db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "committed")])
+        assert count(db) == 0
+        conn.commit()
+    assert count(db) == 1
+    with db.connect(autocommit=True) as conn:
+        # In autocommit mode the batch is a transaction of its own, as a single enqueue is.
+        db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "autocommit")])
+    assert count(db) == 2
+
+
+async def test_an_async_batch_exists_exactly_when_the_callers_transaction_commits(
+    db: OutboxTestDatabase,
+) -> None:
+    conn = await db.aconnect()
+    async with conn:
+        await db.outbox.aenqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "rolled-back")])
+        await conn.rollback()
+        assert count(db) == 0
+        await db.outbox.aenqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "committed")])
+        assert count(db) == 0
+        await conn.commit()
+    assert count(db) == 1

@@ -162,10 +162,10 @@ async def test_an_operator_cancel_ends_only_an_unstarted_action_and_calls_ended(
     first = enqueue(db, "first")
     conn = await db.aconnect()
     async with conn:
-        cancelled = await db.outbox.cancel(conn, first)
+        cancelled = await db.outbox.acancel(conn, first)
         await conn.commit()
         assert cancelled is not None and cancelled.stop_reason == StopReason.OPERATOR_CANCELLED
-        assert await db.outbox.cancel(conn, first) is None  # already ended
+        assert await db.outbox.acancel(conn, first) is None  # already ended
     assert ScriptedAdapter.endings == [(first, "CANCELLED", StopReason.OPERATOR_CANCELLED)]
 
 
@@ -187,7 +187,7 @@ async def test_ended_runs_for_every_way_of_ending(db: OutboxTestDatabase) -> Non
     )
     conn = await db.aconnect()
     async with conn:
-        await db.outbox.cancel(conn, by_cancel)
+        await db.outbox.acancel(conn, by_cancel)
         await conn.commit()
     await wait_until_past(db, expires)
     await db.adrain()
@@ -273,7 +273,7 @@ async def test_an_action_whose_write_started_never_expires_or_cancels_and_reads_
     ) == [("ADMITTED", True)]
     conn = await db.aconnect()
     async with conn:
-        assert await db.outbox.cancel(conn, action_id) is None
+        assert await db.outbox.acancel(conn, action_id) is None
         await conn.commit()
     await wait_until_past(db, expires)
     async with db.executor() as executor:
@@ -411,12 +411,12 @@ async def test_a_cancel_waits_for_a_busy_action_without_holding_its_lane_and_the
         conn = await db.aconnect()
         async with conn:
             with pytest.raises(LocksBusy, match=f"cancel of action {action_id}"):
-                await db.outbox.cancel(conn, action_id, lock_wait_seconds=0.3)
+                await db.outbox.acancel(conn, action_id, lock_wait_seconds=0.3)
             # Nothing was changed, and the lane was let go: the holder can enqueue into it.
             holder.execute("SET lock_timeout = '2s'")
             db.outbox.enqueue(holder, ActionRequest("TEST_NOOP", "lane", "behind"))
             await conn.rollback()
-            cancelling = asyncio.create_task(db.outbox.cancel(conn, action_id))
+            cancelling = asyncio.create_task(db.outbox.acancel(conn, action_id))
             await asyncio.sleep(0.2)
             holder.commit()
             cancelled = await asyncio.wait_for(cancelling, 10)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError, create_model
 from outbox_core import ActionRequest, ActionVariants, InvalidRequest, UndecodableAction
 from outbox_core.testing import OutboxTestDatabase
 
-from .kinds import Paint
+from .kinds import Paint, SuffixAdapter, SuffixAdapterBuild2
 
 
 class Shade(enum.Enum):
@@ -358,3 +358,40 @@ def test_a_model_that_contains_itself_is_checked_above_its_first_repetition(
     assert sql_accepts(plain_conn, variants, nested)
     with pytest.raises(InvalidRequest):
         variants.decode(nested, "k", kind="K")
+
+
+def test_a_decoding_read_refuses_an_ended_row_of_a_key_suffix_variant_this_build_lacks(
+    db: OutboxTestDatabase,
+) -> None:
+    # Build 2 knows "create" and "edit"; it enqueues both, and the "edit" action ends.
+    db.register_kind(SuffixAdapterBuild2)
+    with db.connect() as conn:
+        for key in ("doc:create", "doc:edit"):
+            db.outbox.enqueue(conn, ActionRequest("TEST_SUFFIX", "doc", key))
+        db.outbox.enqueue(conn, ActionRequest("TEST_SUFFIX", "other", "live:edit"))
+        conn.commit()
+    db.execute(
+        "UPDATE {schema}.agent_action SET state = 'CANCELLED', payload = NULL, "
+        "stop_reason = 'OPERATOR_CANCELLED', ended_at = now() WHERE idempotency_key = 'doc:edit'"
+    )
+    with db.connect() as conn:
+        assert len(db.outbox.lane(conn, "doc", live_only=False)) == 2
+    # Build 1 knows "create" only. The ended row has no payload, but its key still names the
+    # variant: a decoding read refuses it, as it refuses the live one.
+    db.registry.unregister("TEST_SUFFIX")
+    db.registry.register(SuffixAdapter)
+    with db.connect() as conn:
+        with pytest.raises(UndecodableAction, match="'edit' is not one of \\['create'\\]"):
+            db.outbox.lane(conn, "doc", live_only=False)
+        with pytest.raises(UndecodableAction, match="cannot decode a TEST_SUFFIX action"):
+            db.outbox.by_keys(conn, ["doc:edit"])
+        with pytest.raises(UndecodableAction, match="cannot decode a TEST_SUFFIX action"):
+            db.outbox.by_keys(conn, ["live:edit"])
+        # What it does know still reads, and a non-decoding read returns everything.
+        assert [a.idempotency_key for a in db.outbox.lane(conn, "doc")] == ["doc:create"]
+        assert [a.idempotency_key for a in db.outbox.by_keys(conn, ["doc:create"])] == [
+            "doc:create"
+        ]
+        assert [
+            a.idempotency_key for a in db.outbox.lane(conn, "doc", live_only=False, decode=False)
+        ] == ["doc:create", "doc:edit"]

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from outbox_core import ActionState, InvalidRequest, StopReason
+from outbox_core import ActionState, Enqueued, InvalidRequest, StopReason
+from outbox_core.steps import Query, Steps, arun, run
 from outbox_core.testing import OutboxTestDatabase
 from outbox_email import (
     NoRecipient,
     UnknownNotice,
+    aemail_request,
     aenqueue_email,
     email_request,
     enqueue_email,
+    enqueue_email_steps,
 )
 from outbox_email.testing import SmtpTestServer
 
@@ -225,3 +228,55 @@ async def test_the_async_enqueue_refuses_like_the_sync_one(
                 outbox=email_db.outbox,
             )
     assert _count(email_db) == 0
+
+
+def _invite_and_email(db: OutboxTestDatabase, invite: int) -> Steps[Enqueued]:
+    """An application's own operation, written once: its row, then the email, one transaction."""
+    yield Query("INSERT INTO invite (id) VALUES (%(id)s)", {"id": invite})
+    return (
+        yield from enqueue_email_steps(
+            "welcome", {"account_id": "ada"}, idempotency_key=f"invite:{invite}", outbox=db.outbox
+        )
+    )
+
+
+async def test_the_email_steps_compose_into_one_operation_for_sync_and_async_code(
+    email_db: OutboxTestDatabase,
+) -> None:
+    email_db.execute("CREATE TABLE invite (id integer PRIMARY KEY)")
+    with email_db.connect() as conn:
+        run(conn, _invite_and_email(email_db, 1))
+        conn.rollback()  # the caller's transaction holds both, or neither
+        sync = run(conn, _invite_and_email(email_db, 2))
+        conn.commit()
+    aconn = await email_db.aconnect()
+    async with aconn:
+        again = await arun(
+            aconn,
+            enqueue_email_steps(
+                "welcome", {"account_id": "ada"}, idempotency_key="invite:2", outbox=email_db.outbox
+            ),
+        )
+        other = await arun(aconn, _invite_and_email(email_db, 3))
+        await aconn.commit()
+    assert email_db.rows("SELECT id FROM invite ORDER BY id") == [(2,), (3,)]
+    assert (again.id, again.created) == (sync.id, False) and other.created
+    assert notices.PREPARED.count(("welcome", "enqueue")) == 4
+
+
+async def test_the_async_email_request_prepares_with_aprepare(
+    email_db: OutboxTestDatabase,
+) -> None:
+    conn = await email_db.aconnect()
+    async with conn:
+        request = await aemail_request(
+            "admin_alert",
+            {"account_ids": ["ada"], "severity": "low"},
+            idempotency_key="alert:3",
+            connection=conn,
+            outbox=email_db.outbox,
+        )
+        await email_db.outbox.aenqueue(conn, request)
+        await conn.commit()
+    assert request.lane_key == "email:alert:3"
+    assert _count(email_db) == 1

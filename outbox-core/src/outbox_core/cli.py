@@ -316,7 +316,7 @@ def cancel(state: State, action_id: int) -> None:
 
     async def go() -> Any:
         async with aconnected(url) as conn:
-            cancelled = await outbox.cancel(conn, action_id)
+            cancelled = await outbox.acancel(conn, action_id)
             if cancelled is None:
                 cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
                 row = await cursor.fetchone()

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from .errors import OutboxError
+from .steps import Sleep, Steps, atomic
 
 T = TypeVar("T")
 
@@ -58,6 +59,27 @@ async def _savepoint(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
     await conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
 
 
+class _Pauses:
+    """The pauses between tries: short and growing, until ``wait_seconds`` are spent."""
+
+    def __init__(self, what: str, wait_seconds: float) -> None:
+        self.what = what
+        self.wait_seconds = wait_seconds
+        self.deadline = time.monotonic() + wait_seconds
+        self.pause = 0.01
+
+    def after(self, exc: BaseException) -> float:
+        """The pause before the next try; :class:`LocksBusy` once the time is spent."""
+        if time.monotonic() + self.pause > self.deadline:
+            raise LocksBusy(
+                f"{self.what}: rows stayed locked by other transactions (running attempts or "
+                f"endings) for {self.wait_seconds:g} s; nothing was changed, try again"
+            ) from exc
+        pause = self.pause * random.uniform(0.5, 1.5)
+        self.pause = min(self.pause * 2, 0.5)
+        return pause
+
+
 async def lanes_first(
     conn: AsyncConnection[Any],
     step: Callable[[], Awaitable[T]],
@@ -67,17 +89,20 @@ async def lanes_first(
 ) -> T:
     """Run ``step`` (lock the lanes, lock the rows with ``NOWAIT``, change them) in a savepoint,
     again while a row is busy, for up to ``wait_seconds``; then raise :class:`LocksBusy`."""
-    deadline = time.monotonic() + wait_seconds
-    pause = 0.01
+    pauses = _Pauses(what, wait_seconds)
     while True:
         try:
             async with _savepoint(conn):
                 return await step()
         except (psycopg.errors.LockNotAvailable, LockAgain) as exc:
-            if time.monotonic() + pause > deadline:
-                raise LocksBusy(
-                    f"{what}: rows stayed locked by other transactions (running attempts or "
-                    f"endings) for {wait_seconds:g} s; nothing was changed, try again"
-                ) from exc
-            await asyncio.sleep(pause * random.uniform(0.5, 1.5))
-            pause = min(pause * 2, 0.5)
+            await asyncio.sleep(pauses.after(exc))
+
+
+def lanes_first_steps(step: Callable[[], Steps[T]], *, what: str, wait_seconds: float) -> Steps[T]:
+    """:func:`lanes_first` as steps (see :mod:`outbox_core.steps`), for sync and async code."""
+    pauses = _Pauses(what, wait_seconds)
+    while True:
+        try:
+            return (yield from atomic(step()))
+        except (psycopg.errors.LockNotAvailable, LockAgain) as exc:
+            yield Sleep(pauses.after(exc))

@@ -2,6 +2,10 @@
 
 ``Outbox`` binds a schema and a kind registry; the module-level functions in ``outbox_core``
 use the one built from the environment and the installed plugins.
+
+Longer than 400 lines on purpose: each public read and write is here three times over, as its
+steps (the checks, the statements, the reading of rows) and its two thin shells, sync and
+async (:mod:`outbox_core.steps`), beside the validation they share.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -17,8 +21,9 @@ from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
 
 from .action import Action
+from .adapter import ActionAdapter
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
-from .lane_locks import lanes_first
+from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
 from .registry import KindRegistry, RegisteredKind
 from .requests import ActionRequest, Enqueued
@@ -26,6 +31,7 @@ from .results import StopReason
 from .settings import OutboxSettings
 from .sqlfiles import core_queries, quote_schema
 from .states import ActionState
+from .steps import AsyncOnly, Call, Query, Steps, arun, atomic, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,19 @@ class Outbox:
                 f"{request.expires_at.isoformat()} has already passed (database time "
                 f"{now.isoformat()}); an expired action would never run",
             )
+        if request.expires_at is not None and now is not None and adapter.retained:
+            # An ended action keeps its key for the retention, and no longer: a notice that
+            # may still arrive after that would find no key and enqueue its effect again.
+            retention = timedelta(days=self.settings.retention_days)
+            if request.expires_at > now + retention:
+                raise InvalidRequest(
+                    "expires_at",
+                    f"{request.expires_at.isoformat()} is further out than the retention of "
+                    f"ended actions ({self.settings.retention_days:g} days from database time "
+                    f"{now.isoformat()}, OUTBOX_RETENTION_DAYS): a late redelivery after the "
+                    "key was deleted would enqueue the effect again. Expire sooner, or raise "
+                    "the retention for every replica",
+                )
         payload = entry.variants.encode(request.payload)
         entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
         params = {
@@ -166,28 +185,27 @@ class Outbox:
                     )
         return found
 
+    # Each operation below is written once, as steps (see :mod:`outbox_core.steps`): its checks,
+    # its statements and the reading of its rows. The sync method and its async twin (``a``
+    # prefix) only run the steps; ``*_steps`` compose into a plugin's own operation.
+
+    def enqueue_steps(self, request: ActionRequest) -> Steps[Enqueued]:
+        """:meth:`enqueue` as steps (``yield from outbox.enqueue_steps(request)``)."""
+        now = (yield from self._now_steps()) if self._needs_clock([request]) else None
+        prepared = self.prepare(request, now=now)
+        rows = yield Query(self.queries["enqueue"], self._single_params(prepared))
+        if rows:
+            return Enqueued(int(rows[0][0]), True)
+        found = yield Query(self.queries["find_by_keys"], {"keys": [request.idempotency_key]})
+        return self._existing_one(prepared, found)
+
     def enqueue(self, conn: Connection[Any], request: ActionRequest) -> Enqueued:
         """Enqueue in ``conn``'s current transaction (the caller commits)."""
-        now = self._db_now(conn) if self._needs_clock([request]) else None
-        prepared = self.prepare(request, now=now)
-        row = conn.execute(self.queries["enqueue"], self._single_params(prepared)).fetchone()
-        if row is not None:
-            return Enqueued(int(row[0]), True)
-        rows = conn.execute(self.queries["find_by_keys"], {"keys": [request.idempotency_key]})
-        return self._existing_one(prepared, rows.fetchall())
+        return run(conn, self.enqueue_steps(request))
 
     async def aenqueue(self, conn: AsyncConnection[Any], request: ActionRequest) -> Enqueued:
         """The async twin of :meth:`enqueue`."""
-        now = await self._adb_now(conn) if self._needs_clock([request]) else None
-        prepared = self.prepare(request, now=now)
-        cursor = await conn.execute(self.queries["enqueue"], self._single_params(prepared))
-        row = await cursor.fetchone()
-        if row is not None:
-            return Enqueued(int(row[0]), True)
-        cursor = await conn.execute(
-            self.queries["find_by_keys"], {"keys": [request.idempotency_key]}
-        )
-        return self._existing_one(prepared, await cursor.fetchall())
+        return await arun(conn, self.enqueue_steps(request))
 
     def _existing_one(self, prepared: _Prepared, rows: list[tuple[Any, ...]]) -> Enqueued:
         found = self._check_existing([prepared], rows)
@@ -202,54 +220,39 @@ class Outbox:
             )
         return Enqueued(found[prepared.request.idempotency_key], False)
 
-    def enqueue_many(
-        self, conn: Connection[Any], requests: Sequence[ActionRequest]
-    ) -> list[Enqueued]:
-        """Enqueue many requests in one round trip; the answers are in request order."""
+    def enqueue_many_steps(self, requests: Sequence[ActionRequest]) -> Steps[list[Enqueued]]:
+        """:meth:`enqueue_many` as steps."""
         if not requests:
             return []
-        now = self._db_now(conn) if self._needs_clock(requests) else None
+        now = (yield from self._now_steps()) if self._needs_clock(requests) else None
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
-        with conn.transaction():
-            rows = conn.execute(
-                self.queries["enqueue_many"], self._many_params(prepared)
-            ).fetchall()
-            created = {key: action_id for key, action_id, _ in rows}
-            missing = [
-                p.request.idempotency_key
-                for p in prepared
-                if p.request.idempotency_key not in created
-            ]
-            existing: dict[str, int] = {}
-            if missing:
-                found = conn.execute(self.queries["find_by_keys"], {"keys": missing}).fetchall()
-                existing = self._check_existing(prepared, found)
+        return (yield from atomic(self._insert_many_steps(prepared)))
+
+    def _insert_many_steps(self, prepared: Sequence[_Prepared]) -> Steps[list[Enqueued]]:
+        rows = yield Query(self.queries["enqueue_many"], self._many_params(prepared))
+        created = {key: action_id for key, action_id, _ in rows}
+        missing = [
+            p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created
+        ]
+        existing: dict[str, int] = {}
+        if missing:
+            found = yield Query(self.queries["find_by_keys"], {"keys": missing})
+            existing = self._check_existing(prepared, found)
         return self._answers(prepared, created, existing)
+
+    def enqueue_many(
+        self, conn: Connection[Any], requests: Sequence[ActionRequest]
+    ) -> list[Enqueued]:
+        """Enqueue many requests in one statement; the answers are in request order."""
+        return run(conn, self.enqueue_many_steps(requests))
 
     async def aenqueue_many(
         self, conn: AsyncConnection[Any], requests: Sequence[ActionRequest]
     ) -> list[Enqueued]:
         """The async twin of :meth:`enqueue_many`."""
-        if not requests:
-            return []
-        now = await self._adb_now(conn) if self._needs_clock(requests) else None
-        prepared = [self.prepare(request, now=now) for request in requests]
-        self._refuse_inner_conflicts(prepared)
-        async with conn.transaction():
-            cursor = await conn.execute(self.queries["enqueue_many"], self._many_params(prepared))
-            created = {key: action_id for key, action_id, _ in await cursor.fetchall()}
-            missing = [
-                p.request.idempotency_key
-                for p in prepared
-                if p.request.idempotency_key not in created
-            ]
-            existing: dict[str, int] = {}
-            if missing:
-                cursor = await conn.execute(self.queries["find_by_keys"], {"keys": missing})
-                existing = self._check_existing(prepared, await cursor.fetchall())
-        return self._answers(prepared, created, existing)
+        return await arun(conn, self.enqueue_many_steps(requests))
 
     @staticmethod
     def _refuse_inner_conflicts(prepared: Sequence[_Prepared]) -> None:
@@ -280,27 +283,87 @@ class Outbox:
                 answers.append(Enqueued(created.get(key) or existing[key], False))
         return answers
 
-    def _db_now(self, conn: Connection[Any]) -> datetime:
-        row = conn.execute(self.queries["database_now"]).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
-
-    async def _adb_now(self, conn: AsyncConnection[Any]) -> datetime:
-        cursor = await conn.execute(self.queries["database_now"])
-        row = await cursor.fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+    def _now_steps(self) -> Steps[datetime]:
+        rows = yield Query(self.queries["database_now"])
+        now: datetime = rows[0][0]
+        return now
 
     # -- proposals and cancellation ------------------------------------------------------------
 
+    def admit_steps(self, action_id: int) -> Steps[bool]:
+        """:meth:`admit` as steps."""
+        rows = yield Query(self.queries["admit"], {"id": action_id, "channel": self.channel})
+        return bool(rows)
+
     def admit(self, conn: Connection[Any], action_id: int) -> bool:
         """PROPOSED -> ADMITTED; False when the action is not a proposal (any more)."""
-        row = conn.execute(
-            self.queries["admit"], {"id": action_id, "channel": self.channel}
-        ).fetchone()
-        return row is not None
+        return run(conn, self.admit_steps(action_id))
 
-    async def cancel(
+    async def aadmit(self, conn: AsyncConnection[Any], action_id: int) -> bool:
+        """The async twin of :meth:`admit`."""
+        return await arun(conn, self.admit_steps(action_id))
+
+    def cancel_steps(
+        self,
+        action_id: int,
+        reason: str = StopReason.OPERATOR_CANCELLED,
+        *,
+        lock_wait_seconds: float = 30.0,
+    ) -> Steps[Action | None]:
+        """:meth:`acancel` as steps."""
+
+        def cancel_action() -> Steps[tuple[Any, ...] | None]:
+            yield Query(self.queries["lock_action_lane"], {"id": action_id})
+            yield Query(self.queries["lock_action"], {"id": action_id})
+            rows = yield Query(
+                self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
+            )
+            if not rows:
+                return None
+            row: tuple[Any, ...] = rows[0]
+            if self._has_ended_hook(row[1]):
+                # Still inside the savepoint: a sync caller is refused with nothing changed.
+                yield AsyncOnly(
+                    f"cancel of action {action_id}: the adapter of {row[1]} moves its domain "
+                    "rows in an async ended(), which the cancel runs; cancel it from async code "
+                    "with `await outbox.acancel(conn, ...)`"
+                )
+            yield Query(self.queries["lower_lanes_wait"], {"lanes": [row[3]]})
+            return row
+
+        row = yield from lanes_first_steps(
+            cancel_action,
+            what=f"cancel of action {action_id}",
+            wait_seconds=lock_wait_seconds,
+        )
+        if row is None:
+            return None
+        action = Action.from_row(row)
+        if self._has_ended_hook(action.kind):
+            adapter = self.registry.get(action.kind).adapter.build(self.settings)
+            yield Call(None, adapter.ended, (action,), what=f"{action.kind}'s ended()")
+        return action
+
+    def _has_ended_hook(self, kind: str) -> bool:
+        """Whether the kind's adapter has an ``ended`` of its own (the base one does nothing)."""
+        if kind not in self.registry:
+            return False
+        return self.registry.get(kind).adapter.ended is not ActionAdapter.ended
+
+    def cancel(
+        self,
+        conn: Connection[Any],
+        action_id: int,
+        reason: str = StopReason.OPERATOR_CANCELLED,
+        *,
+        lock_wait_seconds: float = 30.0,
+    ) -> Action | None:
+        """The sync twin of :meth:`acancel`, for kinds whose adapter has no ``ended`` of its
+        own: for the others (``ended`` is async) it raises :class:`~outbox_core.steps.NeedsAsync`
+        and changes nothing; cancel those with :meth:`acancel`."""
+        return run(conn, self.cancel_steps(action_id, reason, lock_wait_seconds=lock_wait_seconds))
+
+    async def acancel(
         self,
         conn: AsyncConnection[Any],
         action_id: int,
@@ -315,57 +378,70 @@ class Outbox:
         The lane is taken before the action, and an action that another transaction holds is
         waited for without holding the lane (see :mod:`outbox_core.lane_locks`), for up to
         ``lock_wait_seconds``; then :class:`~outbox_core.lane_locks.LocksBusy` is raised."""
-
-        async def cancel_action() -> tuple[Any, ...] | None:
-            await conn.execute(self.queries["lock_action_lane"], {"id": action_id})
-            await conn.execute(self.queries["lock_action"], {"id": action_id})
-            cursor = await conn.execute(
-                self.queries["cancel_unstarted"], {"id": action_id, "reason": reason}
-            )
-            row = await cursor.fetchone()
-            if row is not None:
-                await conn.execute(self.queries["lower_lanes_wait"], {"lanes": [row[3]]})
-            return row
-
-        row = await lanes_first(
-            conn,
-            cancel_action,
-            what=f"cancel of action {action_id}",
-            wait_seconds=lock_wait_seconds,
+        return await arun(
+            conn, self.cancel_steps(action_id, reason, lock_wait_seconds=lock_wait_seconds)
         )
-        if row is None:
-            return None
-        action = Action.from_row(row)
-        if action.kind in self.registry:
-            adapter = self.registry.get(action.kind).adapter.build(self.settings)
-            await adapter.ended(conn, action)
-        return action
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def get_steps(self, action_id: int) -> Steps[Action | None]:
+        """:meth:`get` as steps."""
+        rows = yield Query(self.queries["action_by_id"], {"id": action_id})
+        return Action.from_row(rows[0]) if rows else None
+
     def get(self, conn: Connection[Any], action_id: int) -> Action | None:
-        row = conn.execute(self.queries["action_by_id"], {"id": action_id}).fetchone()
-        return None if row is None else Action.from_row(row)
+        """One action by id, whatever its kind (not decoded); None when there is none."""
+        return run(conn, self.get_steps(action_id))
+
+    async def aget(self, conn: AsyncConnection[Any], action_id: int) -> Action | None:
+        """The async twin of :meth:`get`."""
+        return await arun(conn, self.get_steps(action_id))
+
+    def lane_steps(
+        self, lane_key: str, *, live_only: bool = True, decode: bool = True
+    ) -> Steps[list[Action]]:
+        """:meth:`lane` as steps."""
+        rows = yield Query(
+            self.queries["lane_actions"], {"lane_key": lane_key, "live_only": live_only}
+        )
+        return self._actions(rows, decode)
 
     def lane(
         self, conn: Connection[Any], lane_key: str, *, live_only: bool = True, decode: bool = True
     ) -> list[Action]:
         """Every action of one lane, unfiltered. With ``decode`` (the default) an action of a
         kind or variant this build cannot decode raises :class:`UndecodableAction`."""
-        rows = conn.execute(
-            self.queries["lane_actions"], {"lane_key": lane_key, "live_only": live_only}
-        ).fetchall()
-        actions = [Action.from_row(row) for row in rows]
-        if decode:
-            for action in actions:
-                self.decode(action)
-        return actions
+        return run(conn, self.lane_steps(lane_key, live_only=live_only, decode=decode))
+
+    async def alane(
+        self,
+        conn: AsyncConnection[Any],
+        lane_key: str,
+        *,
+        live_only: bool = True,
+        decode: bool = True,
+    ) -> list[Action]:
+        """The async twin of :meth:`lane`."""
+        return await arun(conn, self.lane_steps(lane_key, live_only=live_only, decode=decode))
+
+    def by_keys_steps(self, keys: Sequence[str], *, decode: bool = True) -> Steps[list[Action]]:
+        """:meth:`by_keys` as steps."""
+        rows = yield Query(self.queries["actions_by_keys"], {"keys": list(keys)})
+        return self._actions(rows, decode)
 
     def by_keys(
         self, conn: Connection[Any], keys: Sequence[str], *, decode: bool = True
     ) -> list[Action]:
         """The actions holding these idempotency keys, unfiltered (see :meth:`lane`)."""
-        rows = conn.execute(self.queries["actions_by_keys"], {"keys": list(keys)}).fetchall()
+        return run(conn, self.by_keys_steps(keys, decode=decode))
+
+    async def aby_keys(
+        self, conn: AsyncConnection[Any], keys: Sequence[str], *, decode: bool = True
+    ) -> list[Action]:
+        """The async twin of :meth:`by_keys`."""
+        return await arun(conn, self.by_keys_steps(keys, decode=decode))
+
+    def _actions(self, rows: list[tuple[Any, ...]], decode: bool) -> list[Action]:
         actions = [Action.from_row(row) for row in rows]
         if decode:
             for action in actions:
@@ -373,14 +449,14 @@ class Outbox:
         return actions
 
     def decode(self, action: Action) -> Any:
-        """The payload of a live action as its variant's model; UndecodableAction otherwise."""
+        """The payload of a live action as its variant's model, None for an ended one (which
+        has no payload); UndecodableAction when this build lacks the kind or the variant (for
+        key-suffix variants also of an ended action: its key still names the variant)."""
         if action.kind not in self.registry:
             raise UndecodableAction(
                 f"action {action.id} is a {action.kind}, a kind this build does not have "
                 f"(installed: {', '.join(self.registry.kinds) or 'none'}); a newer build wrote it"
             )
-        if action.payload is None:
-            return None
         entry = self.registry.get(action.kind)
         return entry.variants.decode_or_raise(
             action.payload, action.idempotency_key, kind=action.kind

@@ -115,14 +115,7 @@ class ActionVariants:
     def decode(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel:
         """The payload as its model; :class:`InvalidRequest` (field ``payload`` or
         ``idempotency_key``) when it does not fit. Messages never echo input values."""
-        if self.suffixes is not None:
-            suffix = idempotency_key.rsplit(KEY_SEGMENT_SEPARATOR, 1)[-1]
-            if suffix not in self.suffixes:
-                raise InvalidRequest(
-                    "idempotency_key",
-                    f"{kind} selects its variant by the key's last segment; {suffix!r} is not one "
-                    f"of {sorted(self.suffixes)}",
-                )
+        self.check_key(idempotency_key, kind=kind)
         if self.shape == "tagged":
             assert self.bodies is not None and self.tag is not None and self.body is not None
             if not isinstance(payload, Mapping):
@@ -141,9 +134,27 @@ class ActionVariants:
         assert self.model is not None
         return _validate(self.model, payload, "payload", kind)
 
-    def decode_or_raise(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel:
-        """Like :meth:`decode` for a row already stored: :class:`UndecodableAction`."""
+    def check_key(self, idempotency_key: str, *, kind: str) -> None:
+        """:class:`InvalidRequest` when the key's last segment names a variant this build lacks
+        (key-suffix variants only; other shapes accept every key)."""
+        if self.suffixes is None:
+            return
+        suffix = idempotency_key.rsplit(KEY_SEGMENT_SEPARATOR, 1)[-1]
+        if suffix not in self.suffixes:
+            raise InvalidRequest(
+                "idempotency_key",
+                f"{kind} selects its variant by the key's last segment; {suffix!r} is not one "
+                f"of {sorted(self.suffixes)}",
+            )
+
+    def decode_or_raise(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel | None:
+        """Like :meth:`decode` for a row already stored: :class:`UndecodableAction`. A row
+        without a payload (an ended action) decodes to None, but only when its key names a
+        variant this build knows: for key-suffix variants the key outlives the payload."""
         try:
+            if payload is None:
+                self.check_key(idempotency_key, kind=kind)
+                return None
             return self.decode(payload, idempotency_key, kind=kind)
         except InvalidRequest as exc:
             raise UndecodableAction(f"this build cannot decode a {kind} action: {exc}") from None

@@ -6,7 +6,15 @@ transaction that makes the change. :class:`EmailAdapter` sends it once that comm
 """
 
 from .adapter import EmailAdapter
-from .enqueue import aemail_request, aenqueue_email, email_request, enqueue_email
+from .enqueue import (
+    EmailOptions,
+    aemail_request,
+    aenqueue_email,
+    email_request,
+    email_request_steps,
+    enqueue_email,
+    enqueue_email_steps,
+)
 from .errors import InvalidMail, NoRecipient, UnknownNotice
 from .message import message_id
 from .notices import (
@@ -22,6 +30,7 @@ from .settings import EmailSettings
 __all__ = [
     "EmailAdapter",
     "EmailNotice",
+    "EmailOptions",
     "EmailSettings",
     "InvalidMail",
     "Mail",
@@ -34,6 +43,8 @@ __all__ = [
     "aemail_request",
     "aenqueue_email",
     "email_request",
+    "email_request_steps",
     "enqueue_email",
+    "enqueue_email_steps",
     "message_id",
 ]

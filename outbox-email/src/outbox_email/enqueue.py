@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel
 
 from outbox_core import ActionRequest, Enqueued, InvalidRequest, Outbox, default_outbox
+from outbox_core.steps import Call, Steps, arun, run
 
 from .adapter import BODY, KIND, TAG, EmailAdapter
 from .errors import InvalidMail, NoRecipient
@@ -104,168 +105,130 @@ def _unsendable(checked: _Checked, exc: InvalidMail) -> InvalidRequest:
     )
 
 
-def _request(
-    checked: _Checked,
-    *,
-    idempotency_key: str,
-    lane_key: str | None,
-    workspace_id: str | None,
-    subject_account_id: str | None,
-    max_attempts: int | None,
-    expires_at: datetime | None,
-    not_before: datetime | None,
-) -> ActionRequest:
+class EmailOptions(TypedDict, total=False):
+    """The keyword arguments of every entry point below; only ``idempotency_key`` is required.
+
+    ``lane_key`` defaults to ``email:<idempotency_key>`` (no order between emails); ``outbox``
+    to the process's (``OUTBOX_*`` settings, notices from the installed plugins). The others
+    are :class:`~outbox_core.ActionRequest`'s."""
+
+    idempotency_key: Required[str]
+    lane_key: str | None
+    workspace_id: str | None
+    subject_account_id: str | None
+    max_attempts: int | None
+    expires_at: datetime | None
+    not_before: datetime | None
+    outbox: Outbox | None
+
+
+def _outbox(options: EmailOptions) -> Outbox:
+    outbox = options.get("outbox")
+    return outbox if outbox is not None else default_outbox()
+
+
+def _request(checked: _Checked, options: EmailOptions) -> ActionRequest:
+    key = options["idempotency_key"]
+    lane_key = options.get("lane_key")
     return ActionRequest(
         kind=KIND,
-        lane_key=lane_key if lane_key is not None else f"email:{idempotency_key}",
-        idempotency_key=idempotency_key,
+        lane_key=lane_key if lane_key is not None else f"email:{key}",
+        idempotency_key=key,
         payload=checked.payload,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        max_attempts=max_attempts,
-        expires_at=expires_at,
-        not_before=not_before,
+        workspace_id=options.get("workspace_id"),
+        subject_account_id=options.get("subject_account_id"),
+        max_attempts=options.get("max_attempts"),
+        expires_at=options.get("expires_at"),
+        not_before=options.get("not_before"),
     )
+
+
+# Each entry point is written once, as steps (outbox_core.steps): the checks, the notice's
+# prepare (sync or async) and the enqueue. The public functions only run them.
+
+
+def email_request_steps(
+    notice: str | EmailNotice[Any],
+    event: BaseModel | Mapping[str, Any],
+    **options: Unpack[EmailOptions],
+) -> Steps[ActionRequest]:
+    """:func:`email_request` as steps: the notice's ``prepare`` (``aprepare`` from async code)
+    runs with the connection the steps run on in its context."""
+    key = options["idempotency_key"]
+    checked = _check(_outbox(options), notice, event, key)
+
+    def context(conn: Connection[Any] | AsyncConnection[Any] | None) -> NoticeContext:
+        workspace, subject = options.get("workspace_id"), options.get("subject_account_id")
+        return _context(key, workspace, subject, conn)
+
+    try:
+        prepared = yield Call(
+            lambda conn: checked.notice.prepare(checked.event, context(conn)),
+            lambda conn: checked.notice.aprepare(checked.event, context(conn)),
+            what=f"the notice {checked.notice.name!r}",
+        )
+    except InvalidMail as exc:
+        raise _unsendable(checked, exc) from None
+    _accept(checked.notice.name, prepared)
+    return _request(checked, options)
+
+
+def enqueue_email_steps(
+    notice: str | EmailNotice[Any],
+    event: BaseModel | Mapping[str, Any],
+    **options: Unpack[EmailOptions],
+) -> Steps[Enqueued]:
+    """:func:`enqueue_email` as steps, to compose into an application's own operation."""
+    request = yield from email_request_steps(notice, event, **options)
+    return (yield from _outbox(options).enqueue_steps(request))
 
 
 def email_request(
     notice: str | EmailNotice[Any],
     event: BaseModel | Mapping[str, Any],
     *,
-    idempotency_key: str,
-    lane_key: str | None = None,
-    workspace_id: str | None = None,
-    subject_account_id: str | None = None,
-    max_attempts: int | None = None,
-    expires_at: datetime | None = None,
-    not_before: datetime | None = None,
-    outbox: Outbox | None = None,
     connection: Connection[Any] | None = None,
+    **options: Unpack[EmailOptions],
 ) -> ActionRequest:
     """The :class:`~outbox_core.ActionRequest` of one email, once its notice prepared it
     (``prepare`` runs now, with ``connection`` in its context). For ``enqueue_many``.
+    ``options``: see :class:`EmailOptions`.
 
     Raises :class:`~outbox_email.UnknownNotice`, :class:`~outbox_email.NoRecipient` or
-    :class:`~outbox_core.InvalidRequest` (an event that does not fit, an invalid message).
-    ``lane_key`` defaults to ``email:<idempotency_key>`` (no order between emails)."""
-    outbox = outbox if outbox is not None else default_outbox()
-    checked = _check(outbox, notice, event, idempotency_key)
-    context = _context(idempotency_key, workspace_id, subject_account_id, connection)
-    try:
-        prepared = checked.notice.prepare(checked.event, context)
-    except InvalidMail as exc:
-        raise _unsendable(checked, exc) from None
-    _accept(checked.notice.name, prepared)
-    return _request(
-        checked,
-        idempotency_key=idempotency_key,
-        lane_key=lane_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        max_attempts=max_attempts,
-        expires_at=expires_at,
-        not_before=not_before,
-    )
+    :class:`~outbox_core.InvalidRequest` (an event that does not fit, an invalid message)."""
+    return run(connection, email_request_steps(notice, event, **options))
 
 
 async def aemail_request(
     notice: str | EmailNotice[Any],
     event: BaseModel | Mapping[str, Any],
     *,
-    idempotency_key: str,
-    lane_key: str | None = None,
-    workspace_id: str | None = None,
-    subject_account_id: str | None = None,
-    max_attempts: int | None = None,
-    expires_at: datetime | None = None,
-    not_before: datetime | None = None,
-    outbox: Outbox | None = None,
     connection: AsyncConnection[Any] | None = None,
+    **options: Unpack[EmailOptions],
 ) -> ActionRequest:
     """The async twin of :func:`email_request`: the notice's ``aprepare`` runs."""
-    outbox = outbox if outbox is not None else default_outbox()
-    checked = _check(outbox, notice, event, idempotency_key)
-    context = _context(idempotency_key, workspace_id, subject_account_id, connection)
-    try:
-        prepared = await checked.notice.aprepare(checked.event, context)
-    except InvalidMail as exc:
-        raise _unsendable(checked, exc) from None
-    _accept(checked.notice.name, prepared)
-    return _request(
-        checked,
-        idempotency_key=idempotency_key,
-        lane_key=lane_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        max_attempts=max_attempts,
-        expires_at=expires_at,
-        not_before=not_before,
-    )
+    return await arun(connection, email_request_steps(notice, event, **options))
 
 
 def enqueue_email(
     conn: Connection[Any],
     notice: str | EmailNotice[Any],
     event: BaseModel | Mapping[str, Any],
-    *,
-    idempotency_key: str,
-    lane_key: str | None = None,
-    workspace_id: str | None = None,
-    subject_account_id: str | None = None,
-    max_attempts: int | None = None,
-    expires_at: datetime | None = None,
-    not_before: datetime | None = None,
-    outbox: Outbox | None = None,
+    **options: Unpack[EmailOptions],
 ) -> Enqueued:
     """Enqueue one email in ``conn``'s transaction: it exists exactly when that commits.
 
     The notice prepares the message first (refusals raise, nothing is written). A second call
-    with the same ``idempotency_key`` returns the first action. ``outbox`` defaults to the
-    process's (``OUTBOX_*`` settings, notices from the installed plugins)."""
-    outbox = outbox if outbox is not None else default_outbox()
-    request = email_request(
-        notice,
-        event,
-        idempotency_key=idempotency_key,
-        lane_key=lane_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        max_attempts=max_attempts,
-        expires_at=expires_at,
-        not_before=not_before,
-        outbox=outbox,
-        connection=conn,
-    )
-    return outbox.enqueue(conn, request)
+    with the same ``idempotency_key`` returns the first action. ``options``: see
+    :class:`EmailOptions`."""
+    return run(conn, enqueue_email_steps(notice, event, **options))
 
 
 async def aenqueue_email(
     conn: AsyncConnection[Any],
     notice: str | EmailNotice[Any],
     event: BaseModel | Mapping[str, Any],
-    *,
-    idempotency_key: str,
-    lane_key: str | None = None,
-    workspace_id: str | None = None,
-    subject_account_id: str | None = None,
-    max_attempts: int | None = None,
-    expires_at: datetime | None = None,
-    not_before: datetime | None = None,
-    outbox: Outbox | None = None,
+    **options: Unpack[EmailOptions],
 ) -> Enqueued:
-    """The async twin of :func:`enqueue_email`."""
-    outbox = outbox if outbox is not None else default_outbox()
-    request = await aemail_request(
-        notice,
-        event,
-        idempotency_key=idempotency_key,
-        lane_key=lane_key,
-        workspace_id=workspace_id,
-        subject_account_id=subject_account_id,
-        max_attempts=max_attempts,
-        expires_at=expires_at,
-        not_before=not_before,
-        outbox=outbox,
-        connection=conn,
-    )
-    return await outbox.aenqueue(conn, request)
+    """The async twin of :func:`enqueue_email`: the notice's ``aprepare`` runs."""
+    return await arun(conn, enqueue_email_steps(notice, event, **options))

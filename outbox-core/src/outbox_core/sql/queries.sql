@@ -31,6 +31,13 @@ SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state
 -- name: enqueue_many
 -- The bulk form: the same three steps for arrays of requests in one statement. The lane rows
 -- are upserted once per lane (an upsert may not touch one row twice in a statement).
+-- Two batches that share keys must not deadlock: an insert whose key another transaction has
+-- just inserted waits for that transaction, so two batches that insert shared keys in
+-- different orders (one reversed) each wait for the other. Every batch therefore inserts in
+-- one canonical order, by key (byte order, COLLATE "C"), and takes its lane rows in lane order
+-- after all its inserts: each waits only for keys (then lanes) above every one it holds, so no
+-- cycle can form. The ids are drawn first, in the caller's order, so that within a lane the
+-- actions still run in the order the caller gave them.
 WITH input AS (
     SELECT *
       FROM unnest(
@@ -43,12 +50,20 @@ WITH input AS (
                                 max_attempts, due_at, expires_at, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
-        kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
-        subject_account_id, state, max_attempts, due_at, expires_at)
-    SELECT kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
-           subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
-      FROM input
-     ORDER BY position
+        id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
+        payload, subject_account_id, state, max_attempts, due_at, expires_at)
+    SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
+           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
+      FROM (-- The ids, drawn in the caller's order; OFFSET 0 keeps the sort below from drawing
+            -- them in key order. A key that turns out to exist wastes its id, as a conflicting
+            -- insert of the column's default would.
+            SELECT nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
+                                   ::regclass)) AS id, input.*
+              FROM input
+             ORDER BY position
+            OFFSET 0) numbered
+     -- A key repeated in the batch: its first request wins, as in the caller's order.
+     ORDER BY idempotency_key COLLATE "C", position
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, idempotency_key, lane_key, due_at, state
 ), lane AS (

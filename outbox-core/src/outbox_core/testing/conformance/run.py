@@ -143,7 +143,7 @@ class Run:
     def cancel(self, action_id: int) -> Action | None:
         async def cancel() -> Action | None:
             async with await self.db.aconnect() as conn:
-                action = await self.db.outbox.cancel(conn, action_id)
+                action = await self.db.outbox.acancel(conn, action_id)
                 await conn.commit()
                 return action
 
