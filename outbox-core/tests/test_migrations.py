@@ -143,8 +143,10 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         assert {
             "ux_agent_action_lane_executing",
             "ux_agent_action_idempotency_key",
-            "ix_agent_action_lane_live",
+            "ix_agent_action_lane_head",
         } <= indexes
+        # Replaced by ix_agent_action_lane_head (0010), which also holds the proposals.
+        assert "ix_agent_action_lane_live" not in indexes
         triggers = {
             row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
         }

@@ -228,9 +228,9 @@ def plugins(state: State) -> None:
 @click.pass_obj
 @_guard
 def status(state: State, as_json: bool, lanes: int) -> None:
-    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, and the
-    lanes that are blocked (a head waiting out a backoff or a deferral, or a row this build
-    cannot decode) with since when."""
+    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, proposals
+    waiting for admission, and the lanes that are blocked (a head waiting out a backoff or a
+    deferral, a proposal not yet admitted, or a row this build cannot decode) with since when."""
     from .status import collect_status
 
     with connected(state.require_url()) as conn:
@@ -247,7 +247,8 @@ def print_status(report: Any) -> None:
 
     console = Console()
     table = Table(title="outbox status")
-    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
+    columns = ("kind", "due", "executing", "oldest due", "uncertain", "proposed", "lanes blocked")
+    for column in columns:
         table.add_column(column, justify="left" if column == "kind" else "right")
     for kind in report.kinds:
         table.add_row(
@@ -256,6 +257,7 @@ def print_status(report: Any) -> None:
             str(kind.executing),
             f"{kind.oldest_due_age_seconds:.1f} s",
             str(kind.uncertain),
+            str(kind.proposed),
             str(kind.lanes_blocked),
         )
     console.print(table)
@@ -264,11 +266,12 @@ def print_status(report: Any) -> None:
         for column in ("lane", "head", "head kind", "why", "since"):
             lanes.add_column(column)
         for lane in report.blocked:
-            why = (
-                "head from a newer build"
-                if lane.foreign_head
-                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
-            )
+            if lane.foreign_head:
+                why = "head from a newer build"
+            elif lane.head_due is None:
+                why = "head is a proposal, not yet admitted or refused"
+            else:
+                why = f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
             lanes.add_row(
                 lane.lane_key,
                 str(lane.head_id),

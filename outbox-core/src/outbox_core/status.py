@@ -19,6 +19,7 @@ class KindStatus:
     oldest_due_age_seconds: float = 0.0
     uncertain: int = 0
     lanes_blocked: int = 0
+    proposed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ class BlockedLane:
     head_id: int
     head_kind: str
     head_state: str
-    head_due: datetime
+    head_due: datetime | None  # None for a proposal: no due time until it is admitted
     foreign_head: bool
     since: datetime
 
@@ -55,9 +56,12 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     flt = registry.filter()
     params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
-    for kind, due, executing, oldest in conn.execute(outbox.queries["backlog"], params):
+    for kind, due, executing, oldest, proposed in conn.execute(outbox.queries["backlog"], params):
         stats.setdefault(kind, {}).update(
-            due=due, executing=executing, oldest_due_age_seconds=round(oldest, 3)
+            due=due,
+            executing=executing,
+            oldest_due_age_seconds=round(oldest, 3),
+            proposed=proposed,
         )
     for kind, count in conn.execute(outbox.queries["uncertain_counts"], {"kinds": flt.kinds}):
         stats.setdefault(kind, {})["uncertain"] = count
