@@ -285,7 +285,9 @@ def starting_rows(conn: psycopg.Connection, db: OutboxTestDatabase) -> dict[str,
         "retried": put_in_state(conn, db, ActionState.EXECUTING, "fast-retried"),
         "executing": put_in_state(conn, db, ActionState.EXECUTING, "fast-executing"),
         "expired": put_in_state(conn, db, ActionState.EXECUTING, "fast-expired"),
+        "fenced": put_in_state(conn, db, ActionState.EXECUTING, "fast-fenced"),
     }
+    conn.execute(f"UPDATE {table} SET write_started_at = now() WHERE id = %s", (rows["fenced"],))
     conn.execute(
         f"UPDATE {table} SET lease_until = now() - interval '1 s' WHERE id = %s",
         (rows["expired"],),
@@ -315,26 +317,30 @@ LEASES = {
     "moved": "lease_until = now() + interval '5 minutes'",
     "cleared": "lease_until = NULL",
 }
+MARKS = {"kept": None, "cleared": "write_started_at = NULL", "set": "write_started_at = now()"}
 
 
 def updates() -> list[str]:
     """A grid of updates around the shapes the fast path takes (a claim, an ending, an update
-    at the same epoch): the attempt raised, kept, given back or lowered by two, and the lease
-    kept, moved or cleared."""
+    at the same epoch): the attempt raised, kept, given back or lowered by two, the lease
+    kept, moved or cleared, and the fence's mark kept, cleared or set."""
     found = []
-    for state, epoch, attempt, lease, stop, payload, ended, lane in itertools.product(
+    for state, epoch, attempt, lease, mark, stop, payload, ended, lane in itertools.product(
         ActionState,
         (0, 1, 2),
         (-2, -1, 0, 1),
         LEASES,
+        MARKS,
         (False, True),
         (False, True),
         (False, True),
         (False, True),
     ):
-        if lane and (stop or payload or lease != "kept"):  # enough with fewer neighbours
+        if lane and (stop or payload or lease != "kept" or mark != "kept"):  # fewer neighbours
             continue
-        if lease != "kept" and not stop == payload == ended:  # an ending's columns, or none
+        if (lease != "kept" or mark != "kept") and not stop == payload == ended:
+            continue  # with an ending's columns, or none
+        if lease != "kept" and mark != "kept":
             continue
         change = [
             f"state = '{state}'",
@@ -342,6 +348,7 @@ def updates() -> list[str]:
             f"attempt = attempt + ({attempt})",
         ]
         change += [LEASES[lease]] if LEASES[lease] else []
+        change += [MARKS[mark]] if MARKS[mark] else []
         change += ["stop_reason = 'X'"] if stop else []
         change += ["payload = NULL"] if payload else []
         change += ["ended_at = now()"] if ended else []
@@ -491,10 +498,22 @@ SAME_EPOCH_FORMS = [
     ("retried", f"state = 'EXECUTING', epoch = epoch + 1, attempt = attempt + 1, {LEASE}", None),
 ]
 
+# The fence's mark, on the rows of starting_rows(): (row, change, refusal or None).
+MARK_FORMS = [
+    # Cleared on an executing at-most-once action, a claim could take it again after its
+    # write started.
+    ("once_executing", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = now() + interval '1 s'", "that mark stays"),
+    ("once_admitted", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = coalesce(write_started_at, now())", None),  # a fence again
+    ("executing", "write_started_at = coalesce(write_started_at, now())", None),  # a fence
+    ("fenced", "state = 'ADMITTED', lease_until = NULL, write_started_at = NULL", None),  # Retry
+    ("fenced", "state = 'ADMITTED', attempt = attempt - 1, lease_until = NULL", None),  # Defer
+]
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["with the WHEN clause", "function only"])
-@pytest.mark.parametrize(("row", "change", "refusal"), SAME_EPOCH_FORMS)
-def test_only_a_claim_raises_the_attempt_and_only_a_holder_that_stays_executing_moves_the_lease(
+
+def verdict_is(
     db: OutboxTestDatabase,
     conn: psycopg.Connection,
     fast_path: bool,
@@ -502,6 +521,7 @@ def test_only_a_claim_raises_the_attempt_and_only_a_holder_that_stays_executing_
     change: str,
     refusal: str | None,
 ) -> None:
+    """The update is allowed (refusal None) or refused with that message, on either path."""
     rows = starting_rows(conn, db)
     query = f"UPDATE {table_of(db)} SET {change} WHERE id = %s"
     with nullcontext() if fast_path else without_fast_path(conn, db):
@@ -511,3 +531,34 @@ def test_only_a_claim_raises_the_attempt_and_only_a_holder_that_stays_executing_
         else:
             with conn.transaction(force_rollback=True):
                 refused(conn, query, (rows[row],), refusal)
+
+
+PATHS = pytest.mark.parametrize(
+    "fast_path", [True, False], ids=["with the WHEN clause", "function only"]
+)
+
+
+@PATHS
+@pytest.mark.parametrize(("row", "change", "refusal"), SAME_EPOCH_FORMS)
+def test_only_a_claim_raises_the_attempt_and_only_a_holder_that_stays_executing_moves_the_lease(
+    db: OutboxTestDatabase,
+    conn: psycopg.Connection,
+    fast_path: bool,
+    row: str,
+    change: str,
+    refusal: str | None,
+) -> None:
+    verdict_is(db, conn, fast_path, row, change, refusal)
+
+
+@PATHS
+@pytest.mark.parametrize(("row", "change", "refusal"), MARK_FORMS)
+def test_the_fence_mark_once_set_stays_while_the_state_does(
+    db: OutboxTestDatabase,
+    conn: psycopg.Connection,
+    fast_path: bool,
+    row: str,
+    change: str,
+    refusal: str | None,
+) -> None:
+    verdict_is(db, conn, fast_path, row, change, refusal)

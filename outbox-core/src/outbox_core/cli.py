@@ -247,9 +247,11 @@ def print_status(report: Any) -> None:
 
     console = Console()
     table = Table(title="outbox status")
-    columns = ("kind", "due", "executing", "oldest due", "uncertain", "proposed", "lanes blocked")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "kind" else "right")
+    # A kind's name is never cut short: the other columns' headers wrap first.
+    widest = max((len(kind.kind) for kind in report.kinds), default=4)
+    table.add_column("kind", justify="left", min_width=widest, no_wrap=True)
+    for column in ("due", "executing", "oldest due", "uncertain", "proposed", "lanes blocked"):
+        table.add_column(column, justify="right")
     for kind in report.kinds:
         table.add_row(
             kind.kind,

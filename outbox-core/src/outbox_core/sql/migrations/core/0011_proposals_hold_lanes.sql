@@ -16,6 +16,10 @@
 --     only a claim (epoch + 1) raises the attempt; an update at the same epoch keeps it or
 --     gives one back (a Defer, a shutdown's give-back), and moves the lease only while the
 --     action stays EXECUTING (a Reread, a renewal) or clears it on the way back to ADMITTED.
+--     The same class of gap, closed too: an update that kept an at-most-once action
+--     EXECUTING could clear write_started_at, after which a claim took it again. Now the
+--     fence's mark, once set, stays while the state does (a Retry clears it and a Defer
+--     restores it on the way back to ADMITTED, as before).
 --     The function and the WHEN fast path say the same (tests/test_lifecycle_trigger.py
 --     compares them on a grid of updates).
 
@@ -230,6 +234,14 @@ BEGIN
           AND NOT (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED' AND NEW.lease_until IS NULL) THEN
         RAISE EXCEPTION 'agent_action %: only a claim, or the holder of an action that stays EXECUTING, moves its lease',
             OLD.id USING ERRCODE = 'check_violation';
+    -- (changed) The fence's mark stays while the action stays in its state: clearing it on an
+    -- executing at-most-once action would let a claim take it again after its write started.
+    -- Only the way back to ADMITTED clears it (a Retry: the provider proved it holds nothing)
+    -- or restores it (a Defer).
+    ELSIF NEW.state = OLD.state AND OLD.write_started_at IS NOT NULL
+          AND NEW.write_started_at IS DISTINCT FROM OLD.write_started_at THEN
+        RAISE EXCEPTION 'agent_action %: its write started at %; that mark stays while it is %',
+            OLD.id, OLD.write_started_at, OLD.state USING ERRCODE = 'check_violation';
     END IF;
 
     IF NEW.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED') THEN
@@ -259,10 +271,10 @@ DROP TRIGGER guard_agent_action ON {schema}.agent_action;
 --       - an ending of an executing action with a stop reason, no payload, ended_at set and
 --         the lease kept;
 --       - an update of an executing action that keeps it EXECUTING (a fence, a reread, a
---         renewal) or returns it to ADMITTED with its lease cleared or kept (a retry, a
---         deferral);
---       - an update of an admitted action that keeps it ADMITTED and keeps its lease (a new
---         due time).
+--         renewal) and the fence's mark once set, or returns it to ADMITTED with its lease
+--         cleared or kept (a retry, a deferral);
+--       - an update of an admitted action that keeps it ADMITTED, its lease and the fence's
+--         mark once set (a new due time).
 -- Every column it reads is NOT NULL, or tested with IS; coalesce keeps a NULL from ever
 -- skipping the function.
 CREATE TRIGGER guard_agent_action
@@ -282,13 +294,18 @@ CREATE TRIGGER guard_agent_action
                     AND NEW.stop_reason IS NOT NULL AND NEW.payload IS NULL
                     AND NEW.ended_at IS NOT NULL
                     AND NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until)  -- (changed)
-                OR (OLD.state = 'EXECUTING' AND NEW.state = 'EXECUTING')
+                -- (changed) a fence's mark, once set, kept while the state is
+                OR (OLD.state = 'EXECUTING' AND NEW.state = 'EXECUTING'
+                    AND (OLD.write_started_at IS NULL
+                         OR NEW.write_started_at IS NOT DISTINCT FROM OLD.write_started_at))
                 -- (changed) back to ADMITTED: the lease cleared or kept, never moved
                 OR (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED'
                     AND (NEW.lease_until IS NULL
                          OR NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until))
-                -- (changed) an admitted action keeps its lease (it has none)
+                -- (changed) an admitted action keeps its lease (it has none) and its mark
                 OR (OLD.state = 'ADMITTED' AND NEW.state = 'ADMITTED'
-                    AND NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until)))),
+                    AND NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until
+                    AND (OLD.write_started_at IS NULL
+                         OR NEW.write_started_at IS NOT DISTINCT FROM OLD.write_started_at))))),
         false))
     EXECUTE FUNCTION {schema}.guard_agent_action();
