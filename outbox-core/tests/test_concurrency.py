@@ -688,24 +688,39 @@ async def test_an_action_committed_behind_an_executing_later_id_waits_for_it_the
 async def test_a_proposal_admitted_behind_an_executing_later_id_waits_for_it_then_runs(
     db: OutboxTestDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A proposal holds its lane (a later action waits for it: tests/test_proposals.py), but
+    only once it has committed. Proposal X gets the lower id and commits after Y was claimed
+    (as in the test above, its INSERT waits on a third transaction that holds its key). X is
+    then a PROPOSED action behind the executing Y; admitted, it waits for Y and runs after."""
     hold_y = asyncio.Event()
     hold: dict[int, asyncio.Event] = {}
     order = _scripted_order(hold)
-    with db.connect() as conn:
-        x = db.outbox.enqueue(conn, ActionRequest("TEST_SCRIPTED", "L", "x", proposed=True)).id
-        conn.commit()
     executor = executor_for(db, poll_seconds=0.1, shutdown_seconds=5)
     async with running(executor) as run:
-        conn = await db.aconnect()
-        async with conn:
-            y = (await db.outbox.aenqueue(conn, ActionRequest("TEST_SCRIPTED", "L", "y"))).id
+        conn1, conn2, conn3 = await db.aconnect(), await db.aconnect(), await db.aconnect()
+        async with conn1, conn2, conn3:
+            await db.outbox.aenqueue(conn3, ActionRequest("TEST_SCRIPTED", "M", "x"))
+            task1 = asyncio.create_task(
+                db.outbox.aenqueue(conn1, ActionRequest("TEST_SCRIPTED", "L", "x", proposed=True))
+            )
+            await await_for(
+                lambda: blocked_on_lock(db, conn1.info.backend_pid),
+                10,
+                "X's insert to wait on the key",
+            )
+            y = (await db.outbox.aenqueue(conn2, ActionRequest("TEST_SCRIPTED", "L", "y"))).id
             hold[y] = hold_y
-            await conn.commit()
-        await await_for(lambda: asyncio.sleep(0, y in order), 10, "Y to be claimed")
+            await conn2.commit()
+            await await_for(lambda: asyncio.sleep(0, y in order), 10, "Y to be claimed")
+            await conn3.rollback()
+            enqueued_x = await asyncio.wait_for(task1, 10)
+            x = enqueued_x.id
+            assert enqueued_x.created and x < y
+            await conn1.commit()
         with db.connect() as sync_conn:
             assert db.outbox.admit(sync_conn, x)
             sync_conn.commit()
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # X admitted, lower id, Y executing: claims see lane L
         assert order == [y] and not run.done()
         hold_y.set()
         await await_for(
@@ -715,7 +730,8 @@ async def test_a_proposal_admitted_behind_an_executing_later_id_waits_for_it_the
             10,
             "Y, then X, to end",
         )
-    assert x < y and order == [y, x]
+        assert not run.done()
+    assert order == [y, x]
     assert outbox_warnings(caplog) == []
 
 

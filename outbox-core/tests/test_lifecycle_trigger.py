@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 
 import psycopg
 import pytest
@@ -279,13 +280,21 @@ def starting_rows(conn: psycopg.Connection, db: OutboxTestDatabase) -> dict[str,
     """Actions in the states an update can start from, including the at-most-once cases."""
     table = table_of(db)
     rows = {
+        "proposed": put_in_state(conn, db, ActionState.PROPOSED, "fast-proposed"),
         "admitted": put_in_state(conn, db, ActionState.ADMITTED, "fast-admitted"),
+        "retried": put_in_state(conn, db, ActionState.EXECUTING, "fast-retried"),
         "executing": put_in_state(conn, db, ActionState.EXECUTING, "fast-executing"),
         "expired": put_in_state(conn, db, ActionState.EXECUTING, "fast-expired"),
+        "fenced": put_in_state(conn, db, ActionState.EXECUTING, "fast-fenced"),
     }
+    conn.execute(f"UPDATE {table} SET write_started_at = now() WHERE id = %s", (rows["fenced"],))
     conn.execute(
         f"UPDATE {table} SET lease_until = now() - interval '1 s' WHERE id = %s",
         (rows["expired"],),
+    )
+    conn.execute(  # back to ADMITTED after a retry: epoch 1, attempt 1
+        f"UPDATE {table} SET state = 'ADMITTED', lease_until = NULL WHERE id = %s",
+        (rows["retried"],),
     )
     for name, state in (("once_admitted", "ADMITTED"), ("once_executing", "EXECUTING")):
         action_id = db.outbox.enqueue(conn, ActionRequest("TEST_ONCE", f"lane-{name}", name)).id
@@ -303,19 +312,43 @@ def starting_rows(conn: psycopg.Connection, db: OutboxTestDatabase) -> dict[str,
     return rows
 
 
+LEASES = {
+    "kept": None,
+    "moved": "lease_until = now() + interval '5 minutes'",
+    "cleared": "lease_until = NULL",
+}
+MARKS = {"kept": None, "cleared": "write_started_at = NULL", "set": "write_started_at = now()"}
+
+
 def updates() -> list[str]:
-    """A grid of updates around the two shapes the fast path takes (a claim, an ending)."""
+    """A grid of updates around the shapes the fast path takes (a claim, an ending, an update
+    at the same epoch): the attempt raised, kept, given back or lowered by two, the lease
+    kept, moved or cleared, and the fence's mark kept, cleared or set."""
     found = []
-    for state, epoch, attempt, stop, payload, ended, lane in itertools.product(
-        ActionState, (0, 1, 2), (0, 1), (False, True), (False, True), (False, True), (False, True)
+    for state, epoch, attempt, lease, mark, stop, payload, ended, lane in itertools.product(
+        ActionState,
+        (0, 1, 2),
+        (-2, -1, 0, 1),
+        LEASES,
+        MARKS,
+        (False, True),
+        (False, True),
+        (False, True),
+        (False, True),
     ):
-        if lane and (stop or payload):  # the identity columns: enough with fewer neighbours
+        if lane and (stop or payload or lease != "kept" or mark != "kept"):  # fewer neighbours
+            continue
+        if (lease != "kept" or mark != "kept") and not stop == payload == ended:
+            continue  # with an ending's columns, or none
+        if lease != "kept" and mark != "kept":
             continue
         change = [
             f"state = '{state}'",
             f"epoch = epoch + {epoch}",
-            f"attempt = attempt + {attempt}",
+            f"attempt = attempt + ({attempt})",
         ]
+        change += [LEASES[lease]] if LEASES[lease] else []
+        change += [MARKS[mark]] if MARKS[mark] else []
         change += ["stop_reason = 'X'"] if stop else []
         change += ["payload = NULL"] if payload else []
         change += ["ended_at = now()"] if ended else []
@@ -343,8 +376,23 @@ def verdicts(
                         or ()
                     )
             except psycopg.errors.CheckViolation as exc:
-                found[(name, change)] = str(exc).split(":", 1)[-1]
+                # The primary message only: a table CHECK's detail shows the row, with now().
+                found[(name, change)] = exc.diag.message_primary or str(exc)
     return found
+
+
+@contextmanager
+def without_fast_path(conn: psycopg.Connection, db: OutboxTestDatabase) -> Iterator[None]:
+    """The guard trigger recreated without its WHEN clause (every update runs the function),
+    in a transaction that is rolled back."""
+    table = table_of(db)
+    with conn.transaction(force_rollback=True):
+        conn.execute(f"DROP TRIGGER {GUARD} ON {table}")
+        conn.execute(
+            f"CREATE TRIGGER {GUARD} BEFORE UPDATE ON {table} FOR EACH ROW "
+            f'EXECUTE FUNCTION "{db.schema}".{GUARD}()'
+        )
+        yield
 
 
 def test_the_fast_path_lets_through_exactly_what_the_guard_function_does(
@@ -354,17 +402,22 @@ def test_the_fast_path_lets_through_exactly_what_the_guard_function_does(
     rows = starting_rows(conn, db)
     with_when = verdicts(conn, table, rows)
     # The same grid against the function alone: the trigger recreated without its WHEN clause.
-    with conn.transaction(force_rollback=True):
-        conn.execute(f"DROP TRIGGER {GUARD} ON {table}")
-        conn.execute(
-            f"CREATE TRIGGER {GUARD} BEFORE UPDATE ON {table} FOR EACH ROW "
-            f'EXECUTE FUNCTION "{db.schema}".{GUARD}()'
-        )
+    with without_fast_path(conn, db):
         function_only = verdicts(conn, table, rows)
     assert with_when == function_only
     allowed = [key for key, verdict in with_when.items() if not isinstance(verdict, str)]
     refused = [key for key, verdict in with_when.items() if isinstance(verdict, str)]
-    assert len(allowed) > 20 and len(refused) > 1000  # the grid reaches both sides
+    assert len(allowed) > 100 and len(refused) > 5000  # the grid reaches both sides
+    # The forms of a same-epoch update are in the grid, on both sides.
+    executing = [change for (name, change) in allowed if name == "executing"]
+    assert (
+        "state = 'EXECUTING', epoch = epoch + 0, attempt = attempt + (0), " + LEASES["moved"]
+        in executing
+    )
+    assert (
+        "expired",
+        "state = 'EXECUTING', epoch = epoch + 0, attempt = attempt + (1), " + LEASES["moved"],
+    ) in refused
 
 
 def guard_calls(conn: psycopg.Connection, schema: str) -> int:
@@ -401,3 +454,111 @@ def test_claims_fences_and_endings_skip_the_guard_function_and_other_updates_cal
             f"UPDATE {table} SET state = 'CANCELLED', {ENDED_SET} WHERE id = %s", (expiring,)
         )
         assert guard_calls(conn, db.schema) == 1
+
+
+LEASE = "lease_until = now() + interval '5 minutes'"
+ENDING = f"state = 'DONE', {ENDED_SET}, ended_at = now()"
+
+# Updates at the same epoch, on the rows of starting_rows(): (row, change, refusal or None).
+SAME_EPOCH_FORMS = [
+    # The reported form: a reclaim without a new epoch, after which the old holder's writes
+    # (naming epoch 1) would still apply.
+    ("expired", f"state = 'EXECUTING', attempt = attempt + 1, {LEASE}", "raises the attempt"),
+    ("executing", "attempt = attempt + 1", "raises the attempt"),
+    ("admitted", "attempt = attempt + 1", "raises the attempt"),
+    ("proposed", "attempt = attempt + 1", "raises the attempt"),
+    ("executing", "state = 'ADMITTED', attempt = attempt + 1, lease_until = NULL", "raises"),
+    ("executing", f"{ENDING}, attempt = attempt + 1", "raises the attempt"),
+    ("executing", "state = 'ADMITTED', attempt = attempt - 2, lease_until = NULL", "one attempt"),
+    ("admitted", LEASE, "moves its lease"),
+    ("retried", LEASE, "moves its lease"),
+    ("proposed", LEASE, "moves its lease"),
+    ("executing", f"{ENDING}, {LEASE}", "moves its lease"),
+    ("executing", f"{ENDING}, lease_until = NULL", "moves its lease"),
+    ("executing", "state = 'ADMITTED', lease_until = now() + interval '1 minute'", "moves"),
+    # What the executor does at the same epoch, allowed.
+    ("executing", LEASE, None),  # a lease renewal
+    ("expired", LEASE, None),  # a renewal by the holder that the lease outlived
+    ("executing", "lease_until = now() + interval '30 seconds', last_result = 'Reread'", None),
+    ("executing", "lease_until = now()", None),  # drain() ends a Reread's wait
+    ("executing", "write_started_at = now()", None),  # a fence
+    # A Defer and a shutdown's give-back: the attempt given back, due now.
+    (
+        "executing",
+        "state = 'ADMITTED', attempt = attempt - 1, lease_until = NULL, due_at = now()",
+        None,
+    ),
+    ("executing", "state = 'ADMITTED', lease_until = NULL, due_at = now() + interval '1 s'", None),
+    ("executing", ENDING, None),
+    ("retried", "due_at = now()", None),  # drain() makes it due
+    ("admitted", f"state = 'CANCELLED', {ENDED_SET}", None),  # expiry, cancel
+    ("proposed", "state = 'ADMITTED', due_at = now()", None),  # admit
+    # Claims raise the epoch with the attempt.
+    ("expired", f"state = 'EXECUTING', epoch = epoch + 1, attempt = attempt + 1, {LEASE}", None),
+    ("retried", f"state = 'EXECUTING', epoch = epoch + 1, attempt = attempt + 1, {LEASE}", None),
+]
+
+# The fence's mark, on the rows of starting_rows(): (row, change, refusal or None).
+MARK_FORMS = [
+    # Cleared on an executing at-most-once action, a claim could take it again after its
+    # write started.
+    ("once_executing", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = now() + interval '1 s'", "that mark stays"),
+    ("once_admitted", "write_started_at = NULL", "that mark stays"),
+    ("fenced", "write_started_at = coalesce(write_started_at, now())", None),  # a fence again
+    ("executing", "write_started_at = coalesce(write_started_at, now())", None),  # a fence
+    ("fenced", "state = 'ADMITTED', lease_until = NULL, write_started_at = NULL", None),  # Retry
+    ("fenced", "state = 'ADMITTED', attempt = attempt - 1, lease_until = NULL", None),  # Defer
+]
+
+
+def verdict_is(
+    db: OutboxTestDatabase,
+    conn: psycopg.Connection,
+    fast_path: bool,
+    row: str,
+    change: str,
+    refusal: str | None,
+) -> None:
+    """The update is allowed (refusal None) or refused with that message, on either path."""
+    rows = starting_rows(conn, db)
+    query = f"UPDATE {table_of(db)} SET {change} WHERE id = %s"
+    with nullcontext() if fast_path else without_fast_path(conn, db):
+        if refusal is None:
+            with conn.transaction(force_rollback=True):
+                assert conn.execute(query + " RETURNING id", (rows[row],)).fetchone()
+        else:
+            with conn.transaction(force_rollback=True):
+                refused(conn, query, (rows[row],), refusal)
+
+
+PATHS = pytest.mark.parametrize(
+    "fast_path", [True, False], ids=["with the WHEN clause", "function only"]
+)
+
+
+@PATHS
+@pytest.mark.parametrize(("row", "change", "refusal"), SAME_EPOCH_FORMS)
+def test_only_a_claim_raises_the_attempt_and_only_a_holder_that_stays_executing_moves_the_lease(
+    db: OutboxTestDatabase,
+    conn: psycopg.Connection,
+    fast_path: bool,
+    row: str,
+    change: str,
+    refusal: str | None,
+) -> None:
+    verdict_is(db, conn, fast_path, row, change, refusal)
+
+
+@PATHS
+@pytest.mark.parametrize(("row", "change", "refusal"), MARK_FORMS)
+def test_the_fence_mark_once_set_stays_while_the_state_does(
+    db: OutboxTestDatabase,
+    conn: psycopg.Connection,
+    fast_path: bool,
+    row: str,
+    change: str,
+    refusal: str | None,
+) -> None:
+    verdict_is(db, conn, fast_path, row, change, refusal)

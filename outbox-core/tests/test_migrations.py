@@ -143,8 +143,10 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         assert {
             "ux_agent_action_lane_executing",
             "ux_agent_action_idempotency_key",
-            "ix_agent_action_lane_live",
+            "ix_agent_action_lane_head",
         } <= indexes
+        # Replaced by ix_agent_action_lane_head (0010), which also holds the proposals.
+        assert "ix_agent_action_lane_live" not in indexes
         triggers = {
             row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
         }
@@ -157,6 +159,42 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
                     conn.execute("EXPLAIN " + query, params)
                 except psycopg.Error as exc:
                     raise AssertionError(f"statement {name} does not plan: {exc}") from exc
+
+
+def test_migration_11_gives_the_proposals_enqueued_before_it_a_lane_row(empty_db: str) -> None:
+    """Before 0011, enqueue gave a proposal no lane row: one alone in its lane had none, and one
+    below an admitted action sat under the row's head_id. Migration 11 is applied again over a
+    database left that way (its tracking row removed)."""
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        migrate(conn, "outbox", [])
+        conn.execute(
+            "INSERT INTO outbox.action_kind (kind, at_most_once, instance_level, line) "
+            "VALUES ('TEST_OLD', false, true, 'test')"
+        )
+        insert = (
+            "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, "
+            "idempotency_key, payload, state, max_attempts) "
+            "VALUES ('TEST_OLD', false, true, %s, %s, '{}', %s, 1) RETURNING id"
+        )
+
+        def action(lane: str, key: str, state: str) -> int:
+            return conn.execute(insert, (lane, key, state)).fetchone()[0]  # type: ignore[index]
+
+        alone = action("alone", "p-alone", "PROPOSED")
+        below = action("behind", "p-below", "PROPOSED")
+        above = action("behind", "a-above", "ADMITTED")
+        conn.execute(
+            "INSERT INTO outbox.action_lane VALUES ('behind', now() + interval '1 hour', %s, "
+            "'TEST_OLD')",
+            (above,),
+        )
+        conn.execute("DELETE FROM outbox.schema_migration WHERE line = 'core' AND version = 11")
+        assert labels(migrate(conn, "outbox", [])) == ["core/0011_proposals_hold_lanes"]
+        lanes = conn.execute(
+            "SELECT lane_key, head_id, next_at <= now(), head_kind FROM outbox.action_lane "
+            "ORDER BY lane_key"
+        ).fetchall()
+    assert lanes == [("alone", alone, True, None), ("behind", below, True, None)]
 
 
 def test_the_printed_script_applied_by_psql_is_what_migrate_would_have_done(

@@ -275,9 +275,9 @@ def plugins(state: State) -> None:
 @click.pass_obj
 @_guard
 def status(state: State, as_json: bool, lanes: int) -> None:
-    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, and the
-    lanes that are blocked (a head waiting out a backoff or a deferral, or a row this build
-    cannot decode) with since when."""
+    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, proposals
+    waiting for admission, and the lanes that are blocked (a head waiting out a backoff or a
+    deferral, a proposal not yet admitted, or a row this build cannot decode) with since when."""
     from .status import collect_status, print_status
 
     with connected(state.require_url()) as conn:

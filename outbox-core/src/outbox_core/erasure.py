@@ -11,9 +11,11 @@ from .errors import InvalidRequest
 from .lane_locks import LockAgain, lanes_first
 from .observability import event
 from .outbox import Outbox, default_outbox
+from .states import LIVE_STATES
 
-# The states that hold a place in a lane (a PROPOSED action holds none).
-_IN_A_LANE = ("ADMITTED", "EXECUTING")
+# The states that hold a place in a lane: every live one (a proposal holds its lane until it
+# is admitted or refused).
+_IN_A_LANE = frozenset(str(state) for state in LIVE_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +57,19 @@ async def erase_subject(
         cursor = await conn.execute(outbox.queries["lock_subject_actions"], params)
         actions = await cursor.fetchall()
         # A live action in a lane not taken above was enqueued meanwhile: start again, taking
-        # its lane too, rather than wait for that lane while holding rows.
-        if any(row[1] not in locked for row in actions if row[2] in _IN_A_LANE):
-            raise LockAgain
+        # its lane too, rather than wait for that lane while holding rows. A lane that has no
+        # row (a proposal that an older build enqueued alone in its lane) has nothing to take.
+        untaken = sorted({row[1] for row in actions if row[2] in _IN_A_LANE} - locked)
+        if untaken:
+            cursor = await conn.execute(outbox.queries["lane_rows"], {"lanes": untaken})
+            if await cursor.fetchall():
+                raise LockAgain
         ids = [row[0] for row in actions]
         cursor = await conn.execute(outbox.queries["erase_actions"], {"ids": ids})
         deleted = await cursor.fetchall()
         # The lanes whose live actions were deleted (each taken above) are looked at again,
         # so that the actions behind a deleted head do not wait.
-        lanes = sorted({row[2] for row in deleted if row[3] in _IN_A_LANE})
+        lanes = sorted({row[2] for row in deleted if row[3] in _IN_A_LANE} & locked)
         if lanes:
             await conn.execute(outbox.queries["lower_lanes_wait"], {"lanes": lanes})
         return deleted

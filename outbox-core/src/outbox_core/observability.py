@@ -82,6 +82,7 @@ class BacklogSnapshot:
     oldest_due_age: dict[str, float] = field(default_factory=dict)
     uncertain: dict[str, int] = field(default_factory=dict)
     lanes_blocked: dict[str, int] = field(default_factory=dict)
+    proposed: dict[str, int] = field(default_factory=dict)
 
 
 class Instruments:
@@ -133,6 +134,11 @@ class Instruments:
                 "Seconds the oldest due action has waited, by kind",
             ),
             ("action.backlog.uncertain", "uncertain", "Actions that ended UNCERTAIN, by kind"),
+            (
+                "action.backlog.proposed",
+                "proposed",
+                "Proposals waiting to be admitted or refused (each holds its lane), by kind",
+            ),
             (
                 "action.lanes.blocked",
                 "lanes_blocked",

@@ -21,6 +21,7 @@ class KindStatus:
     oldest_due_age_seconds: float = 0.0
     uncertain: int = 0
     lanes_blocked: int = 0
+    proposed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class BlockedLane:
     head_id: int
     head_kind: str
     head_state: str
-    head_due: datetime
+    head_due: datetime | None  # None for a proposal: no due time until it is admitted
     foreign_head: bool
     since: datetime
 
@@ -60,9 +61,12 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     flt = registry.filter()
     params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
-    for kind, due, executing, oldest in conn.execute(outbox.queries["backlog"], params):
+    for kind, due, executing, oldest, proposed in conn.execute(outbox.queries["backlog"], params):
         stats.setdefault(kind, {}).update(
-            due=due, executing=executing, oldest_due_age_seconds=round(oldest, 3)
+            due=due,
+            executing=executing,
+            oldest_due_age_seconds=round(oldest, 3),
+            proposed=proposed,
         )
     for kind, count in conn.execute(outbox.queries["uncertain_counts"], {"kinds": flt.kinds}):
         stats.setdefault(kind, {})["uncertain"] = count
@@ -91,8 +95,11 @@ def print_status(report: StatusReport) -> None:
 
     console = Console()
     table = Table(title="outbox status")
-    for column in ("kind", "due", "executing", "oldest due", "uncertain", "lanes blocked"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
+    # A kind's name is never cut short: the other columns' headers wrap first.
+    widest = max((len(kind.kind) for kind in report.kinds), default=4)
+    table.add_column("kind", justify="left", min_width=widest, no_wrap=True)
+    for column in ("due", "executing", "oldest due", "uncertain", "proposed", "lanes blocked"):
+        table.add_column(column, justify="right")
     for kind in report.kinds:
         table.add_row(
             kind.kind,
@@ -100,6 +107,7 @@ def print_status(report: StatusReport) -> None:
             str(kind.executing),
             f"{kind.oldest_due_age_seconds:.1f} s",
             str(kind.uncertain),
+            str(kind.proposed),
             str(kind.lanes_blocked),
         )
     console.print(table)
@@ -108,11 +116,12 @@ def print_status(report: StatusReport) -> None:
         for column in ("lane", "head", "head kind", "why", "since"):
             lanes.add_column(column)
         for lane in report.blocked:
-            why = (
-                "head from a newer build"
-                if lane.foreign_head
-                else f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
-            )
+            if lane.foreign_head:
+                why = "head from a newer build"
+            elif lane.head_due is None:
+                why = "head is a proposal, not yet admitted or refused"
+            else:
+                why = f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
             lanes.add_row(
                 lane.lane_key,
                 str(lane.head_id),

@@ -98,10 +98,11 @@ class Maintenance:
             # these scans took longer than running them (0.7 s of 1 s for blocked lanes).
             await conn.execute("SET LOCAL jit = off")
             cursor = await conn.execute(rt.queries["backlog"], params)
-            for kind, due, executing, oldest in await cursor.fetchall():
+            for kind, due, executing, oldest, proposed in await cursor.fetchall():
                 snapshot.due[kind] = due
                 snapshot.executing[kind] = executing
                 snapshot.oldest_due_age[kind] = oldest
+                snapshot.proposed[kind] = proposed
             cursor = await conn.execute(rt.queries["uncertain_counts"], {"kinds": rt.served})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
             if blocked or self._blocked_counted_at is None:

@@ -5,7 +5,8 @@
 -- waits for a concurrent insert of that key to commit or roll back), the lane's row (kept at
 -- or below the new action's due time, and locked until the caller commits, so a claim never
 -- decides about the lane without seeing this action), and the wake-up (NOTIFY is delivered
--- only when the caller commits).
+-- only when the caller commits). A proposal holds its lane too, so it gets the lane's row,
+-- but no due time there (NULL: nothing to claim until it is admitted) and no wake-up.
 WITH new_action AS (
     INSERT INTO {schema}.agent_action (
         kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
@@ -18,7 +19,7 @@ WITH new_action AS (
     RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
     INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
-    SELECT lane_key, due_at, id, kind FROM new_action WHERE state = 'ADMITTED'
+    SELECT lane_key, CASE WHEN state = 'ADMITTED' THEN due_at END, id, kind FROM new_action
     ON CONFLICT (lane_key) DO UPDATE
        SET next_at = LEAST(l.next_at, excluded.next_at),
            head_id = LEAST(l.head_id, excluded.head_id),
@@ -68,8 +69,8 @@ WITH input AS (
     RETURNING id, kind, idempotency_key, lane_key, due_at, state
 ), lane AS (
     INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
-    SELECT lane_key, min(due_at), min(id), (array_agg(kind ORDER BY id))[1] FROM new_action
-     WHERE state = 'ADMITTED'
+    SELECT lane_key, min(due_at) FILTER (WHERE state = 'ADMITTED'), min(id),
+           (array_agg(kind ORDER BY id))[1] FROM new_action
      GROUP BY lane_key
      ORDER BY lane_key
     ON CONFLICT (lane_key) DO UPDATE
@@ -91,10 +92,12 @@ SELECT idempotency_key, id, kind, lane_key
 SELECT now()
 
 -- name: admit
--- PROPOSED -> ADMITTED: the action joins its lane.
+-- PROPOSED -> ADMITTED: the lane's head (or an action behind it) becomes claimable. Due now,
+-- or at its not_before if that is later; the lane's row is lowered to that time (and made,
+-- for a proposal an older build enqueued without one).
 WITH admitted AS (
     UPDATE {schema}.agent_action
-       SET state = 'ADMITTED', due_at = now()
+       SET state = 'ADMITTED', due_at = GREATEST(due_at, now())
      WHERE id = %(id)s AND state = 'PROPOSED'
     RETURNING id, kind, lane_key, due_at
 ), lane AS (
@@ -178,7 +181,7 @@ SELECT kind, at_most_once, instance_level, line FROM {schema}.action_kind ORDER 
 
 -- name: claim
 -- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads (the
--- second half, claim_locked_v1, last replaced by 0009).
+-- second half, claim_locked_v1, last replaced by 0011).
 SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
        state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
   FROM {schema}.claim_v1(%(limit)s, make_interval(secs => %(lease)s),
@@ -321,6 +324,11 @@ SELECT l.lane_key
  ORDER BY l.lane_key
    FOR NO KEY UPDATE OF l
 
+-- name: lane_rows
+-- Which of these lanes have a row (read without a lock): a proposal that an older build
+-- enqueued into a lane of its own has none, and taking the lanes again would not give it one.
+SELECT lane_key FROM {schema}.action_lane WHERE lane_key = ANY(%(lanes)s::text[])
+
 -- name: lock_subject_actions
 -- Then the subject's actions, without waiting: a running attempt's transaction or an ending
 -- that holds one may be about to wait for one of the lanes taken above.
@@ -364,15 +372,17 @@ UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
  WHERE next_at IS NOT NULL AND next_at > now()
 
 -- name: backlog
--- The backlog gauges by kind, for rows this build decodes.
+-- The backlog gauges by kind, for rows this build decodes. Proposals are live and hold their
+-- lanes: counted apart, as they wait for an admission, not for an executor.
 SELECT a.kind,
        count(*) FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now()) AS due,
        count(*) FILTER (WHERE a.state = 'EXECUTING') AS executing,
        coalesce(extract(epoch FROM now() - min(a.due_at)
                 FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now())), 0)::float8
-           AS oldest_due_age
+           AS oldest_due_age,
+       count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
   FROM {schema}.agent_action a
- WHERE a.state IN ('ADMITTED', 'EXECUTING')
+ WHERE a.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  GROUP BY a.kind
@@ -383,8 +393,9 @@ SELECT kind, count(*) FROM {schema}.agent_action
  GROUP BY kind
 
 -- name: blocked_lanes
--- Lanes whose head waits (a retry backoff, a deferral, a row this build cannot decode) with an
--- action behind it; "since" is when the first action behind the head was enqueued. The head
+-- Lanes whose head waits (a proposal not yet admitted, a retry backoff, a deferral, a row this
+-- build cannot decode) with an action behind it; a proposal's head_due is NULL (it has no due
+-- time until it is admitted); "since" is when the first action behind the head was enqueued. The head
 -- is found as the claim finds it: the lane's executing action, else its first live action
 -- from action_lane.head_id on (which may lag behind: a chained claim leaves the lane row alone
 -- seven times in eight). Only lanes with two live actions or more can be blocked: one pass
@@ -392,11 +403,12 @@ SELECT kind, count(*) FROM {schema}.agent_action
 -- index descents with a million lanes pending.
 WITH crowded AS MATERIALIZED (
     SELECT c.lane_key FROM {schema}.agent_action c
-     WHERE c.state IN ('ADMITTED', 'EXECUTING')
+     WHERE c.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
      GROUP BY c.lane_key
     HAVING count(*) > 1
 )
-SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS head_due,
+SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
+       CASE WHEN h.state <> 'PROPOSED' THEN h.due_at END AS head_due,
        b.created_at AS since,
        NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
@@ -413,7 +425,7 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS h
          WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
   JOIN LATERAL (
         SELECT f.id FROM {schema}.agent_action f
-         WHERE f.lane_key = l.lane_key AND f.state IN ('ADMITTED', 'EXECUTING')
+         WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
            AND f.id >= coalesce(l.head_id, 0)
          ORDER BY f.id LIMIT 1) f ON true
   JOIN LATERAL (
@@ -422,10 +434,12 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state, h.due_at AS h
          WHERE h.id = coalesce(x.id, f.id) LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
-         WHERE w.lane_key = l.lane_key AND w.state IN ('ADMITTED', 'EXECUTING') AND w.id > h.id
+         WHERE w.lane_key = l.lane_key AND w.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+           AND w.id > h.id
          ORDER BY w.id LIMIT 1) b ON true
- WHERE h.state IN ('ADMITTED', 'EXECUTING')
-   AND (h.state = 'ADMITTED' AND h.due_at > now()
+ WHERE h.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+   AND (h.state = 'PROPOSED'
+        OR h.state = 'ADMITTED' AND h.due_at > now()
         OR NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                      %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]))
  ORDER BY b.created_at
