@@ -75,7 +75,7 @@ async def test_a_refused_proposal_frees_its_lane_at_once(db: OutboxTestDatabase)
     assert claim_now(db) == []  # the lane was looked at: it waits for the proposal
     conn = await db.aconnect()
     async with conn:
-        cancelled = await db.outbox.cancel(conn, p1, "REFUSED")
+        cancelled = await db.outbox.acancel(conn, p1, "REFUSED")
         await conn.commit()
     assert cancelled is not None and str(cancelled.state) == "CANCELLED"
     # Claimable at once, not after a look that the lane row put off.
