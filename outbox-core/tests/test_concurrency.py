@@ -830,20 +830,34 @@ def test_the_executor_process_stops_cleanly_on_sigterm(
 async def test_attempts_queued_behind_a_kinds_concurrency_limit_keep_their_attempt(
     db: OutboxTestDatabase,
 ) -> None:
+    """Claims beyond the kind's one slot waited in the executor, claimed (EXECUTING, their
+    lease running), for the slot: with a lease shorter than the queue, their fences failed.
+    Checked by structure, not by a race with the lease: while an attempt runs, no other action
+    of the kind is claimed, except one whose attempt already returned (its ending being
+    written)."""
     fenced: list[tuple[int, bool]] = []
+    returned: set[int] = set()
+    claimed_beside: list[list[int]] = []
 
     async def script(attempt: ActionAttempt) -> AdapterResult:
         ok = await attempt.fence().begin_write()
         fenced.append((attempt.id, ok))
-        if not ok:
-            return Abandoned()
-        await asyncio.sleep(1.2)  # the provider call
-        return Done()
+        executing = await arows(
+            db, "SELECT id FROM {schema}.agent_action WHERE state = 'EXECUTING' ORDER BY id"
+        )
+        claimed_beside.append([i for (i,) in executing if i != attempt.id and i not in returned])
+        try:
+            if not ok:
+                return Abandoned()
+            await asyncio.sleep(0.2)  # the provider call
+            return Done()
+        finally:
+            returned.add(attempt.id)
 
     ScriptedAdapter.script = script
     executor = executor_for(
         db,
-        lease_seconds=3,
+        lease_seconds=60,
         fence_margin_seconds=1,
         kind_concurrency={"TEST_SCRIPTED": 1},
         poll_seconds=0.1,
@@ -873,6 +887,7 @@ async def test_attempts_queued_behind_a_kinds_concurrency_limit_keep_their_attem
         for row in db.rows("SELECT id, state, stop_reason FROM {schema}.agent_action")
     }
     print(f"fence answers: {fenced}; endings: {got}")
+    assert claimed_beside == [[], [], [], []], "claimed beyond the kind's one slot"
     assert got == {i: ("DONE", "COMPLETED") for i in ids}
 
 
@@ -950,7 +965,7 @@ async def test_an_ending_survives_a_dropped_database_connection(
                 lambda: ascalar(
                     db, "SELECT state <> 'EXECUTING' FROM {schema}.agent_action WHERE id = %s", (x,)
                 ),
-                5,
+                60,
                 "the action to end",
             )
         finally:
