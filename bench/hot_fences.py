@@ -5,9 +5,10 @@ Each round enqueues ``--actions`` actions, claims them in one statement, fences 
 (the executor's ``begin_write``) and reads the table's update counts. A fence changes no
 indexed column, so it is a HOT update when its row version fits on its page: the claim's new
 version took room there, and the fence fits when the page has room left or when pruning frees
-the claim's dead version. Pruning frees it only once no snapshot on the server's database can
-see it, so the count depends on what else runs on the server: a measurement, not a test (the
-suite checks the premises instead: `test_a_fence_changes_no_indexed_column_and_its_table_keeps_room`).
+the claim's dead version. Pruning frees it only once no snapshot can see it, and a snapshot's
+horizon counts the transactions running in every database of the server (the fence's own
+snapshot included), so the count depends on what else runs on the server: a measurement, not a
+test (the suite checks the premises: test_a_fence_changes_no_indexed_column_and_its_table_keeps_room).
 
     python bench/hot_fences.py [--actions 300] [--rounds 5]
 """

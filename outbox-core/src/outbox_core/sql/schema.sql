@@ -37,7 +37,6 @@
 -- (claim_v1); a changed contract ships under a new name beside the old one, while a
 -- correction with the same contract replaces a function in place (docs/rolling-updates.md).
 
-
 -- 1. The schema -----------------------------------------------------------------------------
 -- `outbox migrate` creates it (with its bookkeeping table, section 9) before the first file.
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -255,7 +254,6 @@ CREATE TRIGGER guard_agent_action
                    OR (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED')))),
         false))
     EXECUTE FUNCTION {schema}.guard_agent_action();
-
 
 -- Only an insert that is not PROPOSED or ADMITTED calls the function: the WHEN clause keeps
 -- the common insert free of a PL/pgSQL call.
