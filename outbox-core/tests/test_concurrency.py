@@ -54,6 +54,23 @@ T = TypeVar("T")
 # -- helpers -----------------------------------------------------------------------------------
 
 
+# The server refused a connection because every slot was taken (other suites on a shared
+# server): the pool retries and the executor goes on, so this is not the executor's warning.
+_SERVER_FULL = "too many clients already"
+
+
+def own_warnings(stderr: str) -> list[str]:
+    """An executor process's stderr lines, without those about a server that was full (a
+    refused connection, and the LISTEN connection it cost)."""
+    lines = stderr.splitlines()
+    full = any(_SERVER_FULL in line for line in lines)
+    return [
+        line
+        for line in lines
+        if _SERVER_FULL not in line and not (full and "executor.listen.lost" in line)
+    ]
+
+
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -359,7 +376,12 @@ def test_four_executor_processes_keep_lane_order_without_overlap_or_double_runs(
     rec: OutboxTestDatabase, procs: Procs
 ) -> None:
     db = rec
-    workers = [procs.start("TEST_RECORD", concurrency=50, poll=0.5, hold=0.002) for _ in range(4)]
+    # Two connections each (the fewest an executor takes): four processes share a server with
+    # whatever else runs there.
+    workers = [
+        procs.start("TEST_RECORD", concurrency=50, poll=0.5, hold=0.002, pool_size=2)
+        for _ in range(4)
+    ]
     for worker in workers:
         worker.wait_ready()
     total = LANES * PER_LANE
@@ -389,7 +411,7 @@ def test_four_executor_processes_keep_lane_order_without_overlap_or_double_runs(
     elapsed = time.monotonic() - started
     for worker in workers:
         assert worker.stop() == 0, worker.stderr()
-        assert worker.stderr() == "", worker.stderr()
+        assert own_warnings(worker.stderr()) == [], worker.stderr()
     print(f"{total} actions by 4 processes in {elapsed:.1f} s")
 
     assert db.rows(
@@ -541,7 +563,7 @@ def test_a_holder_killed_after_its_fence(rec: OutboxTestDatabase, procs: Procs, 
         lambda: (a := action(db, x))["state"] != "EXECUTING" and a, 30, "the action to end"
     )
     assert second.stop() == 0
-    assert second.stderr() == "" or kind == "TEST_HANG_ONCE", second.stderr()
+    assert own_warnings(second.stderr()) == [] or kind == "TEST_HANG_ONCE", second.stderr()
     got = records(db, x)
     if kind == "TEST_HANG_ONCE":
         assert (ended["state"], ended["stop_reason"], ended["epoch"], ended["attempt"]) == (
@@ -819,7 +841,7 @@ def test_the_executor_process_stops_cleanly_on_sigterm(
         conn.commit()
     wait_for(lambda: action(rec, x)["state"] == "DONE", 15, "the action to end")
     assert proc.stop() == 0
-    assert proc.stderr() == ""
+    assert own_warnings(proc.stderr()) == [], proc.stderr()
     assert f"stopped {proc.pid}" in proc.out.read_text()
     assert records(rec, x) == [(x, "start", proc.pid), (x, "end", proc.pid)]
 
@@ -952,7 +974,7 @@ async def test_an_ending_survives_a_dropped_database_connection(
         with db.connect() as conn:
             x = db.outbox.enqueue(conn, ActionRequest("TEST_ONCE", "drop", "drop")).id
             conn.commit()
-        await asyncio.wait_for(fenced.wait(), 10)
+        await asyncio.wait_for(fenced.wait(), 60)
         killed = await ascalar(
             db,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = "
