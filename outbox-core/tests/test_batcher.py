@@ -44,7 +44,7 @@ async def settle_a_moment() -> None:
 
 async def within(awaitable: Awaitable[T]) -> T:
     """A broken batcher hangs its callers: fail instead."""
-    return await asyncio.wait_for(awaitable, 5)
+    return await asyncio.wait_for(awaitable, 30)
 
 
 async def test_two_batches_are_written_at_once_and_the_rest_gathers_behind_them() -> None:

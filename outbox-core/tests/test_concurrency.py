@@ -54,6 +54,23 @@ T = TypeVar("T")
 # -- helpers -----------------------------------------------------------------------------------
 
 
+# The server refused a connection because every slot was taken (other suites on a shared
+# server): the pool retries and the executor goes on, so this is not the executor's warning.
+_SERVER_FULL = "too many clients already"
+
+
+def own_warnings(stderr: str) -> list[str]:
+    """An executor process's stderr lines, without those about a server that was full (a
+    refused connection, and the LISTEN connection it cost)."""
+    lines = stderr.splitlines()
+    full = any(_SERVER_FULL in line for line in lines)
+    return [
+        line
+        for line in lines
+        if _SERVER_FULL not in line and not (full and "executor.listen.lost" in line)
+    ]
+
+
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -359,7 +376,12 @@ def test_four_executor_processes_keep_lane_order_without_overlap_or_double_runs(
     rec: OutboxTestDatabase, procs: Procs
 ) -> None:
     db = rec
-    workers = [procs.start("TEST_RECORD", concurrency=50, poll=0.5, hold=0.002) for _ in range(4)]
+    # Two connections each (the fewest an executor takes): four processes share a server with
+    # whatever else runs there.
+    workers = [
+        procs.start("TEST_RECORD", concurrency=50, poll=0.5, hold=0.002, pool_size=2)
+        for _ in range(4)
+    ]
     for worker in workers:
         worker.wait_ready()
     total = LANES * PER_LANE
@@ -389,7 +411,7 @@ def test_four_executor_processes_keep_lane_order_without_overlap_or_double_runs(
     elapsed = time.monotonic() - started
     for worker in workers:
         assert worker.stop() == 0, worker.stderr()
-        assert worker.stderr() == "", worker.stderr()
+        assert own_warnings(worker.stderr()) == [], worker.stderr()
     print(f"{total} actions by 4 processes in {elapsed:.1f} s")
 
     assert db.rows(
@@ -541,7 +563,7 @@ def test_a_holder_killed_after_its_fence(rec: OutboxTestDatabase, procs: Procs, 
         lambda: (a := action(db, x))["state"] != "EXECUTING" and a, 30, "the action to end"
     )
     assert second.stop() == 0
-    assert second.stderr() == "" or kind == "TEST_HANG_ONCE", second.stderr()
+    assert own_warnings(second.stderr()) == [] or kind == "TEST_HANG_ONCE", second.stderr()
     got = records(db, x)
     if kind == "TEST_HANG_ONCE":
         assert (ended["state"], ended["stop_reason"], ended["epoch"], ended["attempt"]) == (
@@ -835,7 +857,7 @@ def test_the_executor_process_stops_cleanly_on_sigterm(
         conn.commit()
     wait_for(lambda: action(rec, x)["state"] == "DONE", 15, "the action to end")
     assert proc.stop() == 0
-    assert proc.stderr() == ""
+    assert own_warnings(proc.stderr()) == [], proc.stderr()
     assert f"stopped {proc.pid}" in proc.out.read_text()
     assert records(rec, x) == [(x, "start", proc.pid), (x, "end", proc.pid)]
 
@@ -846,20 +868,34 @@ def test_the_executor_process_stops_cleanly_on_sigterm(
 async def test_attempts_queued_behind_a_kinds_concurrency_limit_keep_their_attempt(
     db: OutboxTestDatabase,
 ) -> None:
+    """Claims beyond the kind's one slot waited in the executor, claimed (EXECUTING, their
+    lease running), for the slot: with a lease shorter than the queue, their fences failed.
+    Checked by structure, not by a race with the lease: while an attempt runs, no other action
+    of the kind is claimed, except one whose attempt already returned (its ending being
+    written)."""
     fenced: list[tuple[int, bool]] = []
+    returned: set[int] = set()
+    claimed_beside: list[list[int]] = []
 
     async def script(attempt: ActionAttempt) -> AdapterResult:
         ok = await attempt.fence().begin_write()
         fenced.append((attempt.id, ok))
-        if not ok:
-            return Abandoned()
-        await asyncio.sleep(1.2)  # the provider call
-        return Done()
+        executing = await arows(
+            db, "SELECT id FROM {schema}.agent_action WHERE state = 'EXECUTING' ORDER BY id"
+        )
+        claimed_beside.append([i for (i,) in executing if i != attempt.id and i not in returned])
+        try:
+            if not ok:
+                return Abandoned()
+            await asyncio.sleep(0.2)  # the provider call
+            return Done()
+        finally:
+            returned.add(attempt.id)
 
     ScriptedAdapter.script = script
     executor = executor_for(
         db,
-        lease_seconds=3,
+        lease_seconds=60,
         fence_margin_seconds=1,
         kind_concurrency={"TEST_SCRIPTED": 1},
         poll_seconds=0.1,
@@ -889,6 +925,7 @@ async def test_attempts_queued_behind_a_kinds_concurrency_limit_keep_their_attem
         for row in db.rows("SELECT id, state, stop_reason FROM {schema}.agent_action")
     }
     print(f"fence answers: {fenced}; endings: {got}")
+    assert claimed_beside == [[], [], [], []], "claimed beyond the kind's one slot"
     assert got == {i: ("DONE", "COMPLETED") for i in ids}
 
 
@@ -953,7 +990,7 @@ async def test_an_ending_survives_a_dropped_database_connection(
         with db.connect() as conn:
             x = db.outbox.enqueue(conn, ActionRequest("TEST_ONCE", "drop", "drop")).id
             conn.commit()
-        await asyncio.wait_for(fenced.wait(), 10)
+        await asyncio.wait_for(fenced.wait(), 60)
         killed = await ascalar(
             db,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = "
@@ -966,7 +1003,7 @@ async def test_an_ending_survives_a_dropped_database_connection(
                 lambda: ascalar(
                     db, "SELECT state <> 'EXECUTING' FROM {schema}.agent_action WHERE id = %s", (x,)
                 ),
-                5,
+                60,
                 "the action to end",
             )
         finally:

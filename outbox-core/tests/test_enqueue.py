@@ -142,7 +142,7 @@ def test_enqueue_notifies_idle_executors_only_when_the_caller_commits(
         db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "wake"))
         assert list(listener.notifies(timeout=0.3)) == []
         producer.commit()
-        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [
+        assert [n.channel for n in listener.notifies(timeout=30, stop_after=1)] == [
             db.outbox.channel
         ]
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import re
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from outbox_core.erasure import erase_subject
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import ScriptedAdapter
-from .test_concurrency import wait_for
+from .test_concurrency import ascalar, await_for
 
 
 def enqueue(
@@ -180,55 +181,32 @@ async def test_begin_write_inside_the_lease_transaction_is_refused_clearly(
     assert messages and "would wait on its own row lock" in messages[0]
 
 
-def test_most_fences_after_a_claim_are_hot_updates(db: OutboxTestDatabase) -> None:
-    """Migration 0007 keeps room on the action table's pages, so that a fence (which changes
-    no indexed column) can be a HOT update beside the claim's row version, writing no index
-    entry. At the default fillfactor the claim had just filled the page, and nearly every
-    fence wrote a new entry in every index of the table. Here, 300 actions claimed in one
-    statement and fenced in another: about 200 fences are HOT at fillfactor 70 (all those
-    whose claim kept the row on its page; fewer of those whose claim moved it), against about
-    25 at 100."""
-    count = 300
-    schema = f'"{db.schema}"'
-    with db.connect() as conn:
-        db.outbox.enqueue_many(
-            conn,
-            [ActionRequest("TEST_SCRIPTED", f"hot-{n}", f"hot-{n}") for n in range(count)],
-        )
-        conn.commit()
-        claimed = conn.execute(
-            f"SELECT id, epoch FROM {schema}.claim_v1(%s, interval '5 minutes', "
-            "ARRAY['TEST_SCRIPTED'], ARRAY[NULL]::jsonpath[], ARRAY[NULL]::text[]) "
-            "WHERE op = 'claim'",
-            (count,),
-        ).fetchall()
-        conn.commit()
-    assert len(claimed) == count
-    with db.connect(autocommit=True) as conn:
-        fenced = conn.execute(
-            db.outbox.queries["begin_write"],
-            {
-                "ids": [action_id for action_id, _ in claimed],
-                "epochs": [epoch for _, epoch in claimed],
-                "margin": 60.0,
-            },
-            prepare=False,
-        ).fetchall()
-    assert len(fenced) == count
-
-    # A backend reports its table counts when it exits: both connections above are closed.
-    def counted() -> tuple[int, int] | None:
-        row = db.rows(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-            "WHERE schemaname = %s AND relname = 'agent_action'",
-            (db.schema,),
-        )[0]
-        return (int(row[0]), int(row[1])) if row[0] >= 2 * count else None
-
-    updated, hot = wait_for(counted, 20, "the claims' and fences' update counts")
-    assert updated == 2 * count, "a claim and a fence per action"
-    # The claims change the state, so they are never HOT.
-    assert hot >= count / 2, f"only {hot} of {count} fences were HOT updates"
+def test_a_fence_changes_no_indexed_column_and_its_table_keeps_room(
+    db: OutboxTestDatabase,
+) -> None:
+    """A fence can be a HOT update beside the claim's row version (no new entry in any of the
+    table's indexes) when it changes no column an index names and the page has room: migration
+    0007 keeps 30 % of each page free (at the default fillfactor the claim had just filled the
+    page, and nearly every fence wrote an entry in every index). These are the premises, checked
+    in the catalogs; how many fences are HOT on a given server also depends on page pruning, so
+    on what else runs there, and is measured in bench/hot_fences.py (docs/benchmarks.md)."""
+    fence = db.outbox.queries["begin_write"]
+    update = re.search(r"UPDATE \S+\.agent_action a\s+SET (.*?)\s+FROM free", fence, re.S)
+    assert update is not None, fence
+    assert re.findall(r"(\w+) =", update.group(1)) == ["write_started_at"]
+    naming = db.rows(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = 'write_started_at' "
+        "WHERE i.indrelid = '{schema}.agent_action'::regclass "
+        "AND (a.attnum = ANY (i.indkey) "
+        "OR coalesce(pg_get_expr(i.indpred, i.indrelid), '') LIKE '%%write_started_at%%' "
+        "OR coalesce(pg_get_expr(i.indexprs, i.indrelid), '') LIKE '%%write_started_at%%')"
+    )
+    assert naming == [], f"indexes that name write_started_at: {naming}"
+    options = db.scalar(
+        "SELECT reloptions FROM pg_class WHERE oid = '{schema}.agent_action'::regclass"
+    )
+    assert options == ["fillfactor=70"]
 
 
 async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_without_the_margin(
@@ -236,9 +214,10 @@ async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_with
 ) -> None:
     """Attempt A's action is being erased (an erasure holds its row, uncommitted) while an
     unrelated attempt B fences in the same batch. One statement for the batch waited for the
-    erasure, and then passed B on the margin read when the statement began."""
+    erasure, and then passed B on the margin read when the statement began. The erasure
+    commits only once B's fence has answered (or after 30 s): B must answer before it."""
     arrived: list[str] = []
-    both, go = asyncio.Event(), asyncio.Event()
+    both, go, b_ready, b_answered = (asyncio.Event() for _ in range(4))
     seen: dict[str, Any] = {}
     background: list[asyncio.Task[Any]] = []
 
@@ -248,15 +227,16 @@ async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_with
             both.set()
         await both.wait()
         if attempt.idempotency_key == "B":
+            await go.wait()  # A's row is held by the erasure
             db.execute(  # B: just over the margin of lease left
                 "UPDATE {schema}.agent_action SET lease_until = now() + interval '61.5 s' "
                 "WHERE id = %s",
                 (attempt.id,),
             )
-            await go.wait()
-            started = time.monotonic()
+            b_ready.set()
             seen["B"] = await attempt.fence().begin_write()
-            seen["B waited"] = time.monotonic() - started
+            seen["B before the erasure committed"] = not seen.get("erasure committed", False)
+            b_answered.set()
             seen["B left"] = db.scalar(
                 "SELECT extract(epoch FROM lease_until - clock_timestamp())::float8 "
                 "FROM {schema}.agent_action WHERE id = %s",
@@ -267,13 +247,15 @@ async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_with
         await erase_subject(conn, "person-1", outbox=db.outbox)
 
         async def commit_later() -> None:
-            await asyncio.sleep(3.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(b_answered.wait(), 30)
+            seen["erasure committed"] = True
             await conn.commit()
             await conn.close()
 
         background.append(asyncio.create_task(commit_later()))
-        await asyncio.sleep(0.2)  # B has set its lease
         go.set()
+        await b_ready.wait()  # both fences go out together
         seen["A"] = await attempt.fence().begin_write()  # busy: asked again until it is gone
         return Abandoned()
 
@@ -287,7 +269,8 @@ async def test_a_fence_neither_waits_for_another_fences_busy_row_nor_passes_with
     await db.adrain()
     await asyncio.gather(*background)
     assert seen["A"] is False  # erased
-    assert seen["B"] is True and seen["B waited"] < 1.0 and seen["B left"] >= 59.0, seen
+    assert seen["B"] is True and seen["B before the erasure committed"], seen
+    assert seen["B left"] >= 59.0, seen
 
 
 async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim(
@@ -296,10 +279,12 @@ async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim
     """The transaction holds the action's row, which a reclaim waits for. A holder that stalls
     inside it past the lease (a blocked event loop, a paused machine) held up another
     replica's whole claim batch, and every enqueue into those lanes. The server now ends the
-    transaction once the lease is over."""
+    transaction once the lease is over: the other replica's claim returns while the holder
+    still stalls (it stalls until that claim returned, or 60 s)."""
     db.execute("CREATE TABLE public.domain_row (action_id bigint, note text)")
-    inside = asyncio.Event()
+    inside, claimed = asyncio.Event(), asyncio.Event()
     outcome: list[str] = []
+    stalled: list[bool] = []
 
     async def run(attempt: ActionAttempt) -> AdapterResult:
         if attempt.idempotency_key != "A" or attempt.epoch > 1:
@@ -314,7 +299,10 @@ async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim
                     "INSERT INTO public.domain_row VALUES (%s, 'late')", (attempt.id,)
                 )
                 inside.set()
-                await asyncio.sleep(4)  # stalls past its lease, idle in its transaction
+                # Stalls past its lease, idle in its transaction.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(claimed.wait(), 60)
+                stalled.append(True)
         except LeaseLost as exc:
             outcome.append(str(exc))
         return Abandoned()
@@ -322,18 +310,25 @@ async def test_a_domain_transaction_cannot_outlive_the_lease_and_stall_a_reclaim
     ScriptedAdapter.script = run
     enqueue(db, lane="a", key="A")
     holder = asyncio.create_task(db.adrain())
-    await asyncio.wait_for(inside.wait(), 10)
+    await asyncio.wait_for(inside.wait(), 30)
     enqueue(db, lane="b", key="B")  # an unrelated lane
     db.execute("UPDATE {schema}.action_lane SET next_at = now()")
-    await asyncio.sleep(1.5)  # A's lease is over
+    await await_for(  # A's lease is over
+        lambda: ascalar(
+            db,
+            "SELECT lease_until < now() FROM {schema}.agent_action WHERE idempotency_key = 'A'",
+        ),
+        30,
+        "A's lease to run out",
+    )
     async with db.executor() as other:
-        started = time.monotonic()
         rows, _ = await other.claims.claim(10)
-        took = time.monotonic() - started
+        returned_while_stalled = not stalled
+        claimed.set()
         await asyncio.gather(*other.attempts.dispatch(rows))
         await other.settle()
     await holder
-    assert took < 1.5, f"the other replica's claim waited {took:.1f} s"
+    assert returned_while_stalled, "the other replica's claim waited for the stalled holder"
     assert sorted((row[0], row[5]) for row in rows if row[0] != "visited") == [
         ("claim", "B"),
         ("reclaim", "A"),

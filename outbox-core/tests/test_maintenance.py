@@ -22,6 +22,7 @@ from outbox_core.lane_locks import LocksBusy
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import AtMostOnceAdapter, NoopAdapter, ScriptedAdapter
+from .test_concurrency import ascalar, await_for
 
 
 def enqueue(
@@ -43,11 +44,12 @@ def db_now(db: OutboxTestDatabase) -> Any:
 
 
 async def wait_until_past(db: OutboxTestDatabase, moment: Any) -> None:
-    for _ in range(200):
-        if db.scalar("SELECT now() > %s", (moment,)):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the database clock never passed the moment")
+    await await_for(
+        lambda: ascalar(db, "SELECT now() > %s", (moment,)),
+        60,
+        "the database clock to pass the moment",
+        interval=0.02,
+    )
 
 
 async def done(attempt: ActionAttempt) -> AdapterResult:
@@ -230,14 +232,15 @@ async def test_run_now_on_a_running_executor_waits_only_for_its_own_action(
     executor = db.executor(poll_seconds=0.2)
     runner = asyncio.create_task(executor.run(stop))
     try:
-        for _ in range(250):
-            if db.scalar("SELECT state FROM {schema}.agent_action") == "EXECUTING":
-                break
-            await asyncio.sleep(0.02)
+        await await_for(
+            lambda: ascalar(db, "SELECT state = 'EXECUTING' FROM {schema}.agent_action"),
+            30,
+            "the other lane's attempt to start",
+        )
         # Not due, so that the run loop leaves it to run_now.
         later = db_now(db) + timedelta(hours=1)
         quick = enqueue(db, "quick", kind="TEST_NOOP", lane="mine", not_before=later)
-        action = await asyncio.wait_for(executor.run_now(quick), 5.0)
+        action = await asyncio.wait_for(executor.run_now(quick), 30.0)
         assert action is not None and str(action.state) == "DONE"
         assert not release.is_set()  # the other lane's attempt still runs
     finally:
@@ -338,7 +341,11 @@ async def test_an_erasure_beside_a_claim_of_the_same_lane_does_not_deadlock(
 
     async def claim_meanwhile() -> None:
         claimer.append(asyncio.ensure_future(asyncio.to_thread(claim)))
-        await asyncio.sleep(1.5)  # a claim that waits for a row lock waits here
+        # The claim skips the lane the erasure holds, and returns while the erasure waits here;
+        # a claim that waits for a row lock waits here until the timeout.
+        done, _ = await asyncio.wait([claimer[0]], timeout=30)
+        if not done:
+            errors.append(AssertionError("the claim waited for the erasure"))
 
     conn = await db.aconnect()
     async with conn:
@@ -439,11 +446,8 @@ async def test_two_run_nows_of_one_action_both_return(db: OutboxTestDatabase) ->
     action_id = enqueue(db, "once")
     async with db.executor() as executor:
         first = asyncio.create_task(executor.run_now(action_id))
-        for _ in range(250):
-            if ScriptedAdapter.calls:
-                break
-            await asyncio.sleep(0.02)
-        assert await asyncio.wait_for(executor.run_now(action_id), 5) is None  # it is busy
+        await await_for(lambda: asyncio.sleep(0, ScriptedAdapter.calls), 30, "the first run_now")
+        assert await asyncio.wait_for(executor.run_now(action_id), 30) is None  # it is busy
         release.set()
-        action = await asyncio.wait_for(first, 5)
+        action = await asyncio.wait_for(first, 30)
     assert action is not None and str(action.state) == "DONE"

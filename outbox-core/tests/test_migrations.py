@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ from outbox_core.migrations import (
 )
 from outbox_core.sqlfiles import core_queries
 from outbox_core.testing.database import fresh_database, with_database
+
+from .test_concurrency import wait_for
 
 FIXTURE = MigrationLine("fixture", "outbox_core_tests_fixture", "migrations")
 
@@ -376,9 +377,7 @@ def test_a_waiting_migrator_says_who_holds_the_lock(
         with caplog.at_level(logging.WARNING, logger="outbox"):
             thread = threading.Thread(target=run)
             thread.start()
-            deadline = time.monotonic() + 5
-            while not waiting() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(waiting, 60, "the migrator to log migrate.waiting")
             assert not done.is_set()
             holder.execute("SELECT pg_advisory_unlock(%s)", (_lock_key("outbox"),))
             thread.join(60)

@@ -18,6 +18,7 @@ from outbox_core.executor import Executor
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import Step
+from .test_concurrency import listening
 
 
 async def run_until_done(
@@ -55,14 +56,16 @@ async def test_an_action_enqueued_while_the_executor_idles_starts_without_waitin
     db: OutboxTestDatabase,
 ) -> None:
     stop = asyncio.Event()
-    executor = db.executor(poll_seconds=30.0)
+    # A poll of an hour: an action that ends within the test's minute was woken by the NOTIFY.
+    executor = db.executor(poll_seconds=3600.0)
     runner = asyncio.create_task(executor.run(stop))
     try:
+        await listening(db, 1)
         await asyncio.sleep(0.5)  # idle: its first claim found nothing
         with db.connect() as conn:
             db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "wake-me"))
             conn.commit()
-        deadline = time.monotonic() + 5  # far below the 30 s poll: the NOTIFY woke it
+        deadline = time.monotonic() + 60
         while db.scalar("SELECT state FROM {schema}.agent_action") != "DONE":
             assert time.monotonic() < deadline, "the notification did not wake the executor"
             await asyncio.sleep(0.02)
@@ -77,8 +80,8 @@ async def test_the_next_head_of_a_kind_with_a_slot_limit_does_not_wait_out_the_l
 ) -> None:
     """A kind with a slot limit is outside the chained claims, so the ending of a lane's head
     leaves its next head to the claim loop. The lane row still said the ended head's lease
-    (30 s here; 300 by default), and the next head waited that long: one action per lease.
-    The poll is longer than the test's limit, so the ending itself must wake the claim loop."""
+    (an hour here; 300 s by default), and the next head waited that long: one action per
+    lease. The poll is an hour too, so the ending itself must wake the claim loop."""
     with db.connect() as conn:
         db.outbox.enqueue_many(
             conn, [ActionRequest("TEST_FENCED", f"lane-{i % 2}", f"k-{i}") for i in range(6)]
@@ -87,10 +90,9 @@ async def test_the_next_head_of_a_kind_with_a_slot_limit_does_not_wait_out_the_l
     await run_until_done(
         db,
         6,
-        limit=10.0,
-        lease_seconds=30.0,
+        lease_seconds=3600.0,
         fence_margin_seconds=1.0,
-        poll_seconds=20.0,
+        poll_seconds=3600.0,
         kind_concurrency={"TEST_FENCED": 4},
     )
 
@@ -100,13 +102,14 @@ async def test_a_lane_whose_kinds_two_executors_split_hands_over_within_a_poll(
 ) -> None:
     """`outbox run --kinds`: one executor serves TEST_NOOP, another TEST_FENCED, and a lane
     holds one of each. The first one's ending chained into a head it may not run and left the
-    lane at its own lease; the other executor found it only when that lease was over."""
+    lane at its own lease (an hour here); the other executor found it only when that lease
+    was over."""
     with db.connect() as conn:
         db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "shared", "first"))
         db.outbox.enqueue(conn, ActionRequest("TEST_FENCED", "shared", "second"))
         conn.commit()
     settings = db.settings.model_copy(
-        update={"lease_seconds": 30.0, "fence_margin_seconds": 1.0, "poll_seconds": 0.5}
+        update={"lease_seconds": 3600.0, "fence_margin_seconds": 1.0, "poll_seconds": 0.5}
     )
     executors = [
         Executor(db.outbox, db.url, settings=settings, kinds=[kind])
@@ -117,7 +120,7 @@ async def test_a_lane_whose_kinds_two_executors_split_hands_over_within_a_poll(
     started = time.monotonic()
     try:
         while db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE state = 'DONE'") < 2:
-            assert time.monotonic() - started < 10, "the second head waited for the first's lease"
+            assert time.monotonic() - started < 60, "the second head waited for the first's lease"
             await asyncio.sleep(0.05)
     finally:
         stop.set()

@@ -33,8 +33,9 @@ def directory() -> dict[str, notices.Person]:
 
 @pytest.fixture
 def email_db(outbox_db: OutboxTestDatabase, smtp_server: SmtpTestServer) -> OutboxTestDatabase:
-    """A fresh database whose EMAIL kind sends to the loopback server (short timeouts)."""
-    serve_email(outbox_db, smtp_server, connect_timeout_seconds=1.0, command_timeout_seconds=0.5)
+    """A fresh database whose EMAIL kind sends to the loopback server (short timeouts: a
+    stalled relay is given up on after 2 s, which a loopback reply on a busy machine meets)."""
+    serve_email(outbox_db, smtp_server, connect_timeout_seconds=2.0, command_timeout_seconds=2.0)
     return outbox_db
 
 

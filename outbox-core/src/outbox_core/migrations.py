@@ -11,6 +11,9 @@ dollar-quoted bodies or literals that span lines. Its tracking row is written af
 statement, so a file that fails part way runs again from the top: write it so that it can
 (``DROP INDEX CONCURRENTLY IF EXISTS`` before the ``CREATE``, which also removes an invalid
 index that a failed build left behind).
+
+The core line's files are history; ``sql/schema.sql`` states what they build, object by object,
+for readers. Every new core migration updates it (tests/test_schema_sql.py compares the two).
 """
 
 from __future__ import annotations

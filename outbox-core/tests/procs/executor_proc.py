@@ -80,7 +80,7 @@ class _Recording(ActionAdapter):
                     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                         self.url,
                         min_size=1,
-                        max_size=4,
+                        max_size=2,
                         kwargs={"autocommit": True},
                         open=False,
                         name="test-recorder",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import random
@@ -30,6 +31,40 @@ LOCAL_CANDIDATES = (
     "postgresql://postgres@/postgres?host=/var/run/postgresql",
     "postgresql://postgres@127.0.0.1:5432/postgres",
 )
+
+
+# How long a test waits while the server refuses connections for having every slot taken: a
+# server shared with other suites is full for a moment, not broken.
+SERVER_FULL_WAIT_SECONDS = 60.0
+
+
+def _server_full(exc: psycopg.OperationalError) -> bool:
+    return exc.sqlstate == "53300" or "too many clients already" in str(exc)
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """``psycopg.connect``, waiting (up to ``SERVER_FULL_WAIT_SECONDS``) while the server says
+    it has too many clients."""
+    deadline = time.monotonic() + SERVER_FULL_WAIT_SECONDS
+    while True:
+        try:
+            return psycopg.connect(url, **kwargs)
+        except psycopg.OperationalError as exc:
+            if not _server_full(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1 + 0.2 * random.random())
+
+
+async def aconnect(url: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+    """``connect`` for asyncio."""
+    deadline = time.monotonic() + SERVER_FULL_WAIT_SECONDS
+    while True:
+        try:
+            return await psycopg.AsyncConnection.connect(url, **kwargs)
+        except psycopg.OperationalError as exc:
+            if not _server_full(exc) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1 + 0.2 * random.random())
 
 
 def _answers(url: str) -> bool:
@@ -76,7 +111,7 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
     """Create (once; concurrent sessions wait on an advisory lock) a database migrated with
     ``lines``; its name changes whenever a migration does."""
     name = template_name(lines, schema)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with connect(admin_url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(hashtext('outbox-test-template'))")
         try:
             exists = conn.execute(
@@ -90,7 +125,7 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
                     )
                 )
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
-                with psycopg.connect(with_database(admin_url, building), autocommit=True) as target:
+                with connect(with_database(admin_url, building), autocommit=True) as target:
                     migrate(target, schema, lines)
                 conn.execute(
                     sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
@@ -123,10 +158,10 @@ class OutboxTestDatabase:
         )
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, **kwargs)
+        return connect(self.url, **kwargs)
 
     async def aconnect(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(self.url, **kwargs)
+        return await aconnect(self.url, **kwargs)
 
     def register_kind(self, adapter: type[ActionAdapter], *, line: str = "test") -> None:
         """Register a throwaway kind for this test: in the registry and in the database."""
@@ -185,7 +220,7 @@ def fresh_database(
     create = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
         sql.Identifier(name), sql.Identifier(template)
     )
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with connect(admin_url, autocommit=True) as conn:
         # Another session may be connected to the template for a moment (it is being built, or
         # a test opened it): PostgreSQL refuses to copy it then. Try again for a while.
         for attempt in range(50):
@@ -199,7 +234,7 @@ def fresh_database(
     try:
         yield with_database(admin_url, name), name
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
+        with connect(admin_url, autocommit=True) as conn:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
