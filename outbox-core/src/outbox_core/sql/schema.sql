@@ -105,9 +105,10 @@ CREATE UNIQUE INDEX ux_agent_action_idempotency_key ON {schema}.agent_action (id
 CREATE UNIQUE INDEX ux_agent_action_lane_executing
     ON {schema}.agent_action (lane_key) WHERE state = 'EXECUTING';
 
--- Finds a lane's head (its first live action) with one index descent, however long the lane.
-CREATE INDEX ix_agent_action_lane_live
-    ON {schema}.agent_action (lane_key, id) WHERE state IN ('ADMITTED', 'EXECUTING');
+-- Finds a lane's head (its first live action: a proposal, an admitted or an executing one)
+-- with one index descent, however long the lane (migration 0010, built CONCURRENTLY there).
+CREATE INDEX ix_agent_action_lane_head
+    ON {schema}.agent_action (lane_key, id) WHERE state IN ('PROPOSED', 'ADMITTED', 'EXECUTING');
 
 CREATE INDEX ix_agent_action_expiry
     ON {schema}.agent_action (expires_at) WHERE state = 'ADMITTED' AND expires_at IS NOT NULL;
@@ -205,6 +206,31 @@ BEGIN
     ELSIF NEW.epoch <> OLD.epoch THEN
         RAISE EXCEPTION 'agent_action %: only a claim changes the epoch', OLD.id
             USING ERRCODE = 'check_violation';
+    -- Every other update keeps the epoch, and so it is no claim: it never raises the
+    -- attempt (an update that did, on an executing row whose lease ran out, was a reclaim
+    -- without a new epoch, under which the old holder's writes still applied). It may give
+    -- one attempt back (a Defer, a shutdown's give-back of an unstarted claim), and it moves
+    -- the lease only while the action stays EXECUTING (a Reread, a renewal by its holder) or
+    -- clears it as the action goes back to ADMITTED (a retry, a deferral).
+    ELSIF NEW.attempt > OLD.attempt THEN
+        RAISE EXCEPTION 'agent_action %: only a claim (epoch + 1) raises the attempt; this update keeps epoch %',
+            OLD.id, OLD.epoch USING ERRCODE = 'check_violation';
+    ELSIF NEW.attempt < OLD.attempt - 1 THEN
+        RAISE EXCEPTION 'agent_action %: an update gives back one attempt at most (% to %)',
+            OLD.id, OLD.attempt, NEW.attempt USING ERRCODE = 'check_violation';
+    ELSIF NEW.lease_until IS DISTINCT FROM OLD.lease_until
+          AND NOT (OLD.state = 'EXECUTING' AND NEW.state = 'EXECUTING')
+          AND NOT (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED' AND NEW.lease_until IS NULL) THEN
+        RAISE EXCEPTION 'agent_action %: only a claim, or the holder of an action that stays EXECUTING, moves its lease',
+            OLD.id USING ERRCODE = 'check_violation';
+    -- The fence's mark stays while the action stays in its state: clearing it on an
+    -- executing at-most-once action would let a claim take it again after its write started.
+    -- Only the way back to ADMITTED clears it (a Retry: the provider proved it holds nothing)
+    -- or restores it (a Defer).
+    ELSIF NEW.state = OLD.state AND OLD.write_started_at IS NOT NULL
+          AND NEW.write_started_at IS DISTINCT FROM OLD.write_started_at THEN
+        RAISE EXCEPTION 'agent_action %: its write started at %; that mark stays while it is %',
+            OLD.id, OLD.write_started_at, OLD.state USING ERRCODE = 'check_violation';
     END IF;
 
     IF NEW.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED') THEN
@@ -224,17 +250,20 @@ BEGIN
 END
 $fn$;
 
--- The update trigger (migration 0006). Its WHEN clause holds only for updates that the
--- function would let through unchanged, so that the claim, the ending, the fence, the reread
--- and the retry of every action pass without a PL/pgSQL call (about 5 us an update): the
--- identity columns kept, and one of
+-- The update trigger (migrations 0006 and 0011). Its WHEN clause holds only for updates that
+-- the function would let through unchanged, so that the claim, the ending, the fence, the
+-- reread and the retry of every action pass without a PL/pgSQL call (about 5 us an update):
+-- the identity columns kept, and one of
 --   * a claim of an admitted action (epoch and attempt up by one; an at-most-once action only
 --     before its write started);
---   * an ending of an executing action at its epoch, with a stop reason, no payload and
---     ended_at set (settle_v1 sets ended_at itself for this);
---   * an update at the same epoch that keeps a live action's state (a fence, a reread, an
---     enqueue's lowering of due_at) or returns an executing action to ADMITTED (a retry, a
---     deferral).
+--   * at the same epoch, with the attempt kept or one given back (only a claim raises it):
+--       - an ending of an executing action with a stop reason, no payload, ended_at set
+--         (settle_v1 sets it) and the lease kept;
+--       - an update of an executing action that keeps it EXECUTING (a fence, a reread, a
+--         renewal) and the fence's mark once set, or returns it to ADMITTED with its lease
+--         cleared or kept (a retry, a deferral, a give-back);
+--       - an update of an admitted action that keeps it ADMITTED, its lease and the fence's
+--         mark once set (a new due time).
 -- Every column it reads is NOT NULL, or tested with IS; coalesce keeps a NULL from ever
 -- skipping the function. Every other update runs the whole function.
 CREATE TRIGGER guard_agent_action
@@ -246,12 +275,27 @@ CREATE TRIGGER guard_agent_action
         AND ((OLD.state = 'ADMITTED' AND NEW.state = 'EXECUTING'
               AND NEW.epoch = OLD.epoch + 1 AND NEW.attempt = OLD.attempt + 1
               AND NOT (OLD.at_most_once AND OLD.write_started_at IS NOT NULL))
-          OR (OLD.state = 'EXECUTING' AND NEW.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
-              AND NEW.epoch = OLD.epoch AND NEW.stop_reason IS NOT NULL
-              AND NEW.payload IS NULL AND NEW.ended_at IS NOT NULL)
           OR (NEW.epoch = OLD.epoch
-              AND ((NEW.state = OLD.state AND OLD.state IN ('ADMITTED', 'EXECUTING'))
-                   OR (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED')))),
+              -- no claim: the attempt kept, or one given back
+              AND NEW.attempt <= OLD.attempt AND NEW.attempt >= OLD.attempt - 1
+              AND ((OLD.state = 'EXECUTING'
+                    AND NEW.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
+                    AND NEW.stop_reason IS NOT NULL AND NEW.payload IS NULL
+                    AND NEW.ended_at IS NOT NULL
+                    AND NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until)
+                -- a fence's mark, once set, kept while the state is
+                OR (OLD.state = 'EXECUTING' AND NEW.state = 'EXECUTING'
+                    AND (OLD.write_started_at IS NULL
+                         OR NEW.write_started_at IS NOT DISTINCT FROM OLD.write_started_at))
+                -- back to ADMITTED: the lease cleared or kept, never moved
+                OR (OLD.state = 'EXECUTING' AND NEW.state = 'ADMITTED'
+                    AND (NEW.lease_until IS NULL
+                         OR NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until))
+                -- an admitted action keeps its lease (it has none) and its mark
+                OR (OLD.state = 'ADMITTED' AND NEW.state = 'ADMITTED'
+                    AND NEW.lease_until IS NOT DISTINCT FROM OLD.lease_until
+                    AND (OLD.write_started_at IS NULL
+                         OR NEW.write_started_at IS NOT DISTINCT FROM OLD.write_started_at))))),
         false))
     EXECUTE FUNCTION {schema}.guard_agent_action();
 
@@ -437,7 +481,8 @@ BEGIN
                  WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
           LEFT JOIN LATERAL (
                 SELECT f.id FROM {schema}.agent_action f
-                 WHERE f.lane_key = l.lane_key AND f.state IN ('ADMITTED', 'EXECUTING')
+                 -- PROPOSED is live: a proposal holds its lane (0010's index).
+                 WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
                    -- head_id is at or below the lane's lowest live id (enqueue lowers it, a
                    -- claim sets it to the first live action): starting there skips the index
                    -- entries of the lane's ended actions, which a busy lane piles up.
@@ -449,6 +494,9 @@ BEGIN
                CASE
                  WHEN a.id IS NULL THEN 'empty'
                  WHEN a.id IS DISTINCT FROM coalesce(p_run_now, a.id) THEN 'other'
+                 -- A proposal is never claimed (run_now included), whatever its
+                 -- kind or variant, and holds its lane until it is admitted or refused.
+                 WHEN a.state = 'PROPOSED' THEN 'proposed'
                  WHEN NOT {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                                                 p_kinds, p_paths, p_suffixes) THEN 'foreign'
                  WHEN a.state = 'EXECUTING' AND a.lease_until > now() THEN 'busy'
@@ -456,9 +504,9 @@ BEGIN
                       AND a.write_started_at IS NOT NULL THEN 'reap_lost'
                  WHEN a.state = 'EXECUTING' AND a.attempt >= a.max_attempts THEN 'reap_exhausted'
                  WHEN a.state = 'EXECUTING' THEN 'reclaim'
-                 -- Only an action whose write never started expires: one that waits
-                 -- out a deferral after a write that may have reached the provider is claimed
-                 -- and reads back, however late; CANCELLED would say it never happened.
+                 -- Only an action whose write never started expires: one that waits out a
+                 -- deferral after a write that may have reached the provider is claimed and
+                 -- reads back, however late; CANCELLED would say it never happened.
                  WHEN a.expires_at <= now() AND a.write_started_at IS NULL THEN 'expire'
                  WHEN a.due_at <= now() OR a.id = p_run_now THEN 'claim'
                  ELSE 'wait'
@@ -487,12 +535,16 @@ BEGIN
            SET head_id = p.first_id,
                head_kind = p.kind,
                next_at = CASE p.op
-                   -- Lowered, never raised: a chained claim (settle_v1) reaches a lane
-                   -- whose next_at is still the ended head's lease, and a head it may not run
-                   -- (a kind outside its chain filter: a kind with a slot limit, one that
-                   -- another executor serves, a newer build's) must not wait for that lease.
+                   -- Lowered, never raised: a chained claim (settle_v1) reaches a lane whose
+                   -- next_at is still the ended head's lease, and a head it may not run (a
+                   -- kind outside its chain filter: a kind with a slot limit, one that another
+                   -- executor serves, a newer build's) must not wait for that lease.
                    WHEN 'foreign' THEN LEAST(l.next_at, now())
                    WHEN 'other' THEN l.next_at
+                   -- The admission and the refusal lower the lane (the admit query,
+                   -- cancel), and so does an erasure; this is the look again if none of them
+                   -- does (an older build's erasure of a proposal does not lower its lane).
+                   WHEN 'proposed' THEN now() + p_lease
                    WHEN 'busy' THEN p.lease_until
                    WHEN 'claim' THEN now() + p_lease
                    WHEN 'reclaim' THEN now() + p_lease
