@@ -4,6 +4,7 @@ from .action import Action
 from .adapter import ActionAdapter
 from .attempt import ActionAttempt, WriteFence
 from .errors import (
+    AdapterContractError,
     ConfigurationError,
     EgressViolation,
     IdempotencyConflict,
@@ -45,6 +46,7 @@ __all__ = [
     "ActionRequest",
     "ActionState",
     "ActionVariants",
+    "AdapterContractError",
     "AdapterResult",
     "Cancelled",
     "ConfigurationError",

@@ -23,9 +23,9 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from ..action import Action
-from ..adapter import ActionAdapter, egress_reset, egress_token
-from ..attempt import ActionAttempt, ClaimedAction, LeaseLost
-from ..errors import InvalidRequest
+from ..adapter import ActionAdapter, check_built, egress_reset, egress_token
+from ..attempt import ActionAttempt, ClaimedAction, FenceAnswer, LeaseLost
+from ..errors import AdapterContractError, InvalidRequest
 from ..observability import BacklogSnapshot, Instruments, Tally, action_event, event
 from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
@@ -34,7 +34,7 @@ from ..settings import OutboxSettings
 from ..states import ActionState
 from .batcher import Batcher
 from .jsonb import use_fast_loads
-from .outcomes import AttemptFacts, Ending, decide
+from .outcomes import AttemptFacts, Ending, decide, exception_result, wrong_result
 
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
 CLAIM_OPS = frozenset({"claim", "reclaim", "reap_lost", "reap_exhausted", "expire"})
@@ -77,7 +77,7 @@ class Executor:
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         parallel = self.settings.batches_in_flight
         # A fence's answer: passed, refused, or None while another transaction holds the row.
-        self._fencer: Batcher[tuple[int, int], bool | None] = Batcher(
+        self._fencer: Batcher[tuple[int, int], FenceAnswer | None] = Batcher(
             self._flush_fences, parallel=parallel, name="outbox-fencer"
         )
         self._ender: Batcher[Ending, bool] = Batcher(
@@ -105,6 +105,10 @@ class Executor:
         self._hooked: dict[str, bool] = {}
         self._blocked_counted_at: float | None = None
         self._lanes_blocked: dict[str, int] = {}
+        # Action id -> the attempt number given back uncounted after a fence short of lease.
+        self._short_given: dict[int, int] = {}
+        # While drain() runs: the attempts whose execute() broke its contract, raised at the end.
+        self._wrong_results: list[AdapterContractError] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -189,7 +193,9 @@ class Executor:
     def adapter(self, kind: str) -> ActionAdapter:
         adapter = self._adapters.get(kind)
         if adapter is None:
-            adapter = self.entries[kind].adapter.build(self.settings)
+            adapter = check_built(
+                self.entries[kind].adapter, self.entries[kind].adapter.build(self.settings)
+            )
             self._adapters[kind] = adapter
         return adapter
 
@@ -468,6 +474,10 @@ class Executor:
                 level=logging.WARNING,
                 fenced=attempt.fenced,
             )
+        elif not isinstance(result, BaseException):
+            problem = wrong_result(result)
+            if problem is not None:
+                result = self._wrong_result(claimed, attempt, result, problem)
         self.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
         facts = self._facts(claimed, adapter, fenced=attempt.fenced)
         ending = decide(facts, result)
@@ -477,9 +487,69 @@ class Executor:
         self._tally.add(self.instruments.attempts, ("kind", claimed.kind), ("result", result_name))
         if ending is None:
             self._tally.add(self.instruments.fence_refused, ("kind", claimed.kind))
+            if attempt.short_of_lease and not attempt.fenced:
+                self._give_back_short(claimed, adapter)
+                return
             action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
             return
+        if self._short_given:
+            self._short_given.pop(claimed.id, None)
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
+        self._ender.post(ending, self._ended_callback(ending))
+
+    def _wrong_result(
+        self, claimed: ClaimedAction, attempt: ActionAttempt, result: object, problem: str
+    ) -> AdapterContractError:
+        """What execute() returned is not a well-formed AdapterResult: a bug of this attempt,
+        which ends as if execute() had raised (a Retry before the fence; after it a Reread, or
+        UNCERTAIN for an at-most-once kind). drain() raises it in tests."""
+        action_event(
+            "action.attempt.wrong_result",
+            claimed.id,
+            claimed.kind,
+            level=logging.ERROR,
+            returned=type(result).__qualname__,
+            problem=problem,
+            fenced=attempt.fenced,
+        )
+        adapter = type(self.adapter(claimed.kind)).__qualname__
+        error = AdapterContractError(f"action {claimed.id} ({claimed.kind}): {adapter}.{problem}")
+        if self._wrong_results is not None:
+            self._wrong_results.append(error)
+        return error
+
+    def _give_back_short(self, claimed: ClaimedAction, adapter: ActionAdapter) -> None:
+        """The fence refused for its margin while the epoch was still this attempt's, and no
+        fence of the attempt passed: nothing reached the provider. The action goes back at once
+        (ADMITTED, due now, the attempt not counted: a Defer's write), so the next claim runs
+        it with a whole lease instead of waiting out this one and spending an attempt.
+
+        Once per attempt number (in this executor): when the same attempt comes back short
+        again, its work before the fence outlasts what the lease leaves it, and an uncounted
+        give-back would run it for ever. That one counts, as an exception before the write
+        would, so the kind still ends ATTEMPTS_EXHAUSTED, without waiting out its leases."""
+        counted = self._short_given.pop(claimed.id, None) == claimed.attempt
+        action_event(
+            "action.fence.short",
+            claimed.id,
+            claimed.kind,
+            level=logging.WARNING,
+            epoch=claimed.epoch,
+            attempt=claimed.attempt,
+            counted=counted,
+            lease_seconds=self.settings.lease_seconds,
+            margin_seconds=self.settings.fence_margin_seconds,
+        )
+        if counted:
+            # As an exception before the write: a Retry after the kind's backoff (FAILED at the
+            # last attempt), or a Reread when an earlier attempt's write may exist.
+            facts = self._facts(claimed, adapter, fenced=False)
+            counted_ending = decide(facts, exception_result(facts))
+            assert counted_ending is not None  # a Retry or a Reread always writes
+            ending = counted_ending
+        else:
+            self._short_given[claimed.id] = claimed.attempt
+            ending = self._deferral(claimed, adapter, timedelta(0))
         self._ender.post(ending, self._ended_callback(ending))
 
     def _ended_callback(self, ending: Ending) -> Callable[[bool | BaseException], None]:
@@ -579,7 +649,7 @@ class Executor:
 
     # -- the write fence -----------------------------------------------------------------------
 
-    async def begin_write(self, action_id: int, epoch: int) -> bool:
+    async def begin_write(self, action_id: int, epoch: int) -> FenceAnswer:
         pause = 0.02
         while True:
             answer = await self._fencer.submit((action_id, epoch))
@@ -591,7 +661,7 @@ class Executor:
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))
             pause = min(pause * 2, 1.0)
 
-    async def _flush_fences(self, requests: Sequence[tuple[int, int]]) -> list[bool | None]:
+    async def _flush_fences(self, requests: Sequence[tuple[int, int]]) -> list[FenceAnswer | None]:
         margin = self.settings.fence_margin_seconds
         params = {
             "ids": [action_id for action_id, _ in requests],
@@ -603,17 +673,21 @@ class Executor:
             # size, and it chose to scan every executing action (through the partial index of
             # executing lanes) once for each fence: 120 us a fence with a thousand running.
             cursor = await conn.execute(self.queries["begin_write"], params, prepare=False)
-            # (id, None): passed; (id, seconds of lease left): busy, held by another transaction;
-            # not returned: refused.
-            rows: dict[int, float | None] = dict(await cursor.fetchall())
+            # id -> (None, False): passed; (seconds of lease left, False): refused for the
+            # margin; (seconds left, True): busy, held by another transaction; not returned:
+            # refused, the epoch moved on.
+            rows = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
 
-        def answer(action_id: int) -> bool | None:
-            if action_id not in rows:
-                return False
-            left = rows[action_id]
+        def answer(action_id: int) -> FenceAnswer | None:
+            found = rows.get(action_id)
+            if found is None:
+                return "moved"
+            left, busy = found
             if left is None:
-                return True
-            return None if left >= margin else False
+                return "passed"
+            if busy and left >= margin:
+                return None
+            return "short"
 
         return [answer(action_id) for action_id, _ in requests]
 
@@ -884,7 +958,9 @@ class Executor:
 
     async def drain(self, *, timeout: float = 60.0) -> int:
         """Make every waiting action due, then run until no action is due. Returns the number
-        of attempts and endings run. For tests: the scheduler is off there."""
+        of attempts and endings run. For tests: the scheduler is off there. Raises
+        :class:`AdapterContractError` at the end when an attempt's ``execute()`` returned what
+        is not a well-formed ``AdapterResult`` (each such action was ended as if it raised)."""
         await self.open()
         deadline = time.monotonic() + timeout
         async with self._pool().connection() as conn:
@@ -892,6 +968,8 @@ class Executor:
         await self.sweep_expired()
         ran = 0
         self._chaining = True
+        wrong: list[AdapterContractError] = []
+        self._wrong_results = wrong
         try:
             while True:
                 if time.monotonic() > deadline:
@@ -906,9 +984,17 @@ class Executor:
                     found = found or bool(rows) or visited > 0
                 ran += await self.settle()
                 if not found:
-                    return ran
+                    break
         finally:
             self._chaining = False
+            self._wrong_results = None
+        if wrong:
+            # The actions were ended as if the adapter raised; the bug is the adapter's.
+            raise AdapterContractError(
+                f"drain(): {len(wrong)} attempt(s) broke the adapter contract; fix the adapter: "
+                + "; ".join(str(error) for error in wrong)
+            ) from wrong[0]
+        return ran
 
     async def settle(self) -> int:
         """Wait until no attempt runs (chained claims may start more meanwhile) and every

@@ -183,12 +183,14 @@ SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_a
 -- skipped, not waited for: one busy row held up every fence of the batch, and the margin,
 -- read from the statement's start, then passed fences whose lease had run down meanwhile.
 -- Each is returned with the seconds of lease it has left, and asked for again alone.
--- Returns (id, NULL) for each fence that passed, (id, seconds left) for each busy row; an
--- action not returned was refused.
+-- Returns (id, NULL, false) for each fence that passed; (id, seconds left, false) for each
+-- refused for the margin, its epoch still the attempt's (the executor gives it back at once);
+-- (id, seconds left, true) for each busy row. An action not returned was refused: its epoch
+-- moved on, it ended, or it is gone.
 WITH f AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
 ), free AS (
-    SELECT a.id
+    SELECT a.id, a.lease_until
       FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
      WHERE a.state = 'EXECUTING'
        FOR NO KEY UPDATE OF a SKIP LOCKED
@@ -200,9 +202,14 @@ WITH f AS (
        AND a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s)
     RETURNING a.id
 )
-SELECT id, NULL::float8 FROM fenced
+-- A free row that the update left alone had its epoch right: only its lease stood in the way.
+SELECT free.id,
+       CASE WHEN fenced.id IS NULL
+            THEN extract(epoch FROM free.lease_until - clock_timestamp())::float8 END,
+       false
+  FROM free LEFT JOIN fenced ON fenced.id = free.id
 UNION ALL
-SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8
+SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8, true
   FROM (SELECT * FROM f WHERE f.id NOT IN (SELECT id FROM free)) busy  -- hashed, and first
   JOIN {schema}.agent_action a ON a.id = busy.id AND a.epoch = busy.epoch
  WHERE a.state = 'EXECUTING'
