@@ -76,7 +76,8 @@ class Executor:
         self._tally = Tally()
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         parallel = self.settings.batches_in_flight
-        # A fence's answer: passed, refused, or None while another transaction holds the row.
+        # A fence's answer (passed, moved on, short of lease), or None while another transaction
+        # holds the row.
         self._fencer: Batcher[tuple[int, int], FenceAnswer | None] = Batcher(
             self._flush_fences, parallel=parallel, name="outbox-fencer"
         )
