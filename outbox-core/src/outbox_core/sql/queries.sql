@@ -190,7 +190,9 @@ SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_a
 WITH f AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
 ), free AS (
-    SELECT a.id, a.lease_until
+    -- The margin is read per row as it is locked (the row lock keeps lease_until as read).
+    SELECT a.id, a.lease_until,
+           a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s) AS roomy
       FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
      WHERE a.state = 'EXECUTING'
        FOR NO KEY UPDATE OF a SKIP LOCKED
@@ -198,16 +200,15 @@ WITH f AS (
     UPDATE {schema}.agent_action a
        SET write_started_at = coalesce(a.write_started_at, now())
       FROM free
-     WHERE a.id = free.id
-       AND a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s)
+     WHERE a.id = free.id AND free.roomy
     RETURNING a.id
 )
--- A free row that the update left alone had its epoch right: only its lease stood in the way.
-SELECT free.id,
-       CASE WHEN fenced.id IS NULL
-            THEN extract(epoch FROM free.lease_until - clock_timestamp())::float8 END,
-       false
-  FROM free LEFT JOIN fenced ON fenced.id = free.id
+SELECT id, NULL::float8, false FROM fenced
+UNION ALL
+-- Locked at the attempt's epoch: only its lease stood in the way.
+SELECT id, extract(epoch FROM lease_until - clock_timestamp())::float8, false
+  FROM free
+ WHERE NOT roomy
 UNION ALL
 SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8, true
   FROM (SELECT * FROM f WHERE f.id NOT IN (SELECT id FROM free)) busy  -- hashed, and first
