@@ -141,7 +141,8 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
             return ending(ActionState.CANCELLED, "Cancelled", stop_reason=reason)
         case Abandoned():
             return None
-    raise TypeError(f"an adapter returned {result!r}, which is not an AdapterResult")
+    # The executor checks results first (wrong_result); the type only, never the value.
+    raise TypeError(f"an adapter returned {type(result).__qualname__}, not an AdapterResult")
 
 
 def wrong_result(result: object) -> str | None:
