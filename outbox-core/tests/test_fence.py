@@ -47,13 +47,87 @@ async def test_begin_write_may_be_called_once_per_copy(db: OutboxTestDatabase) -
     )
 
 
-async def test_the_fence_refuses_with_less_than_the_margin_of_the_lease_left(
+def shorten_lease(db: OutboxTestDatabase, action_id: int, seconds: float = 30.0) -> None:
+    """Leave the attempt ``seconds`` of lease, less than the fence margin (60 s)."""
+    db.execute(
+        "UPDATE {schema}.agent_action SET lease_until = now() + make_interval(secs => %s) "
+        "WHERE id = %s",
+        (seconds, action_id),
+    )
+
+
+def fields(db: OutboxTestDatabase, action_id: int) -> dict[str, Any]:
+    with db.connect() as conn:
+        cursor = conn.execute(
+            f"SELECT state, attempt, epoch, due_at <= now() AS due, lease_until, "
+            f'write_started_at, last_result FROM "{db.schema}".agent_action WHERE id = %s',
+            (action_id,),
+        )
+        names = [c.name for c in cursor.description or []]
+        values = cursor.fetchone()
+    assert values is not None
+    return dict(zip(names, values, strict=True))
+
+
+async def claim_and_run(db: OutboxTestDatabase, action_id: int) -> None:
+    """One claim and its attempt, written, without drain() making anything due."""
+    async with db.executor() as executor:
+        rows, _ = await executor._claim(10)
+        assert [(r[0], r[1]) for r in rows] == [("claim", action_id)]
+        await asyncio.gather(*executor._dispatch(rows))
+        await executor.settle()
+
+
+async def test_a_fence_refused_for_its_margin_gives_the_action_back_at_once_uncounted(
     db: OutboxTestDatabase,
 ) -> None:
+    """Less than the margin of lease left at the fence, the epoch still the attempt's: the
+    action does not wait out its lease with an attempt spent. It is ADMITTED again, due now,
+    its attempt not counted, the provider got nothing, and the next claim runs it."""
+    writes: list[int] = []
+    seen: list[tuple[int, int, bool]] = []
+
     async def run(attempt: ActionAttempt) -> AdapterResult:
-        with db.connect(autocommit=True) as conn:  # the lease has 30 s left, the margin is 60 s
-            conn.execute(
-                f"UPDATE \"{db.schema}\".agent_action SET lease_until = now() + interval '30 seconds' WHERE id = %s",
+        if not seen:
+            shorten_lease(db, attempt.id)
+        passed = await attempt.fence().begin_write()
+        seen.append((attempt.number, attempt.run, passed))
+        if not passed:
+            return Abandoned()
+        writes.append(attempt.id)
+        return Done("sent")
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await claim_and_run(db, action_id)
+    got = fields(db, action_id)
+    assert (got["state"], got["attempt"], got["epoch"], got["due"]) == ("ADMITTED", 0, 1, True)
+    assert got["lease_until"] is None and got["write_started_at"] is None
+    assert writes == []
+
+    await claim_and_run(db, action_id)  # the next claim runs it, with a whole lease
+    got = fields(db, action_id)
+    assert (got["state"], got["attempt"], got["epoch"]) == ("DONE", 1, 2)
+    assert writes == [action_id]
+    assert seen == [(1, 1, False), (1, 2, True)]
+
+
+async def test_a_fence_refused_because_another_holder_took_the_action_gives_nothing_back(
+    db: OutboxTestDatabase,
+) -> None:
+    """The margin's give-back is for the attempt's own epoch only: when another claim took the
+    action (an expired lease reclaimed), the old attempt's Abandoned changes nothing."""
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.epoch == 1:
+            db.execute(  # another replica reclaimed it; little of its lease is left
+                "UPDATE {schema}.agent_action SET lease_until = now() - interval '1 s' "
+                "WHERE id = %s",
+                (attempt.id,),
+            )
+            db.execute(
+                "UPDATE {schema}.agent_action SET epoch = epoch + 1, attempt = attempt + 1, "
+                "lease_until = now() + interval '30 s' WHERE id = %s",
                 (attempt.id,),
             )
         if not await attempt.fence().begin_write():
@@ -62,12 +136,64 @@ async def test_the_fence_refuses_with_less_than_the_margin_of_the_lease_left(
 
     ScriptedAdapter.script = run
     action_id = enqueue(db)
-    await db.adrain()
-    assert state(db, action_id) == "EXECUTING"
-    assert (
-        db.scalar("SELECT write_started_at FROM {schema}.agent_action WHERE id = %s", (action_id,))
-        is None
+    await claim_and_run(db, action_id)
+    got = fields(db, action_id)
+    assert (got["state"], got["attempt"], got["epoch"]) == ("EXECUTING", 2, 2)
+    assert got["last_result"] is None and got["lease_until"] is not None
+
+
+async def test_a_fence_refused_for_its_margin_after_a_passed_fence_is_not_given_back(
+    db: OutboxTestDatabase,
+) -> None:
+    """An attempt whose first copy passed its fence may have written: a refusal for the margin
+    at its second copy leaves the action to its lease (the next attempt reads back)."""
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        assert await attempt.fence().begin_write()
+        shorten_lease(db, attempt.id)
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        raise AssertionError("the second copy's fence must refuse")
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    await claim_and_run(db, action_id)
+    got = fields(db, action_id)
+    assert (got["state"], got["attempt"], got["epoch"]) == ("EXECUTING", 1, 1)
+    assert got["write_started_at"] is not None and got["last_result"] is None
+
+
+async def test_a_kind_that_always_reaches_its_fence_short_of_lease_still_exhausts_its_attempts(
+    db: OutboxTestDatabase,
+) -> None:
+    """The give-back is uncounted once per attempt number: work before the fence that always
+    outlasts what the lease leaves it runs twice per attempt (the second short fence counts,
+    as an exception before the write) and ends ATTEMPTS_EXHAUSTED, as it did when each attempt
+    waited out its lease, instead of being given back for ever."""
+    runs: list[tuple[int, int]] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        runs.append((attempt.number, attempt.run))
+        shorten_lease(db, attempt.id)
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        raise AssertionError("the provider must not be called")
+
+    ScriptedAdapter.script = run
+    with db.connect() as conn:
+        action_id = db.outbox.enqueue(
+            conn, ActionRequest("TEST_SCRIPTED", "lane", "k", max_attempts=2)
+        ).id
+        conn.commit()
+    for _ in range(4):  # each drain makes the Retry's backoff run out
+        await db.adrain()
+    got = db.rows(
+        "SELECT state, stop_reason, attempt, write_started_at FROM {schema}.agent_action "
+        "WHERE id = %s",
+        (action_id,),
     )
+    assert got == [("FAILED", "ATTEMPTS_EXHAUSTED", 2, None)]
+    assert runs == [(1, 1), (1, 2), (2, 3), (2, 4)]
 
 
 async def test_the_fence_refuses_after_an_erasure_deleted_the_action(

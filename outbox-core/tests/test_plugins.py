@@ -154,6 +154,72 @@ def test_an_adapter_without_variants_is_refused_at_registration() -> None:
         KindRegistry().register(Silent)
 
 
+def _sync_ended(self: Any, conn: Any, action: Any) -> None:
+    pass
+
+
+def _sync_rescheduled(self: Any, conn: Any, action: Any, result: Any) -> None:
+    pass
+
+
+def _sync_execute(self: Any, attempt: Any) -> Done:
+    return Done()
+
+
+# (what is wrong, the class attributes that make it so, what the error names)
+MALFORMED = [
+    ("ended-without-async", {"ended": _sync_ended}, r"Odd\.ended must be an `async def`"),
+    (
+        "rescheduled-without-async",
+        {"rescheduled": _sync_rescheduled},
+        r"Odd\.rescheduled must be an `async def`",
+    ),
+    ("execute-without-async", {"execute": _sync_execute}, r"Odd\.execute must be an `async def`"),
+    ("max-concurrency-text", {"max_concurrency": "4"}, r"Odd\.max_concurrency is '4'"),
+    ("max-concurrency-zero", {"max_concurrency": 0}, r"Odd\.max_concurrency is 0"),
+    ("at-most-once-text", {"at_most_once": "yes"}, r"Odd\.at_most_once is str"),
+    ("retry-base-seconds", {"retry_base": 5}, r"Odd\.retry_base is int; it must be a timedelta"),
+    ("no-attempts", {"default_max_attempts": 0}, r"Odd\.default_max_attempts must be"),
+    ("stop-reasons-list", {"stop_reasons": ["GONE"]}, r"Odd\.stop_reasons must be a frozenset"),
+]
+
+
+@pytest.mark.parametrize(("name", "attributes", "error"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_an_adapter_class_with_a_wrong_declaration_is_refused_at_registration(
+    name: str, attributes: dict[str, Any], error: str
+) -> None:
+    """What the executor trusts without looking again is checked once, at registration: an
+    ``ended`` without ``async`` ran, failed at its await, and rolled its ending back on every
+    try; a text max_concurrency stopped the claim loop."""
+    adapter = type("Odd", (NoopAdapter,), attributes)
+    with pytest.raises(RegistrationError, match=error):
+        KindRegistry().register(adapter, distribution="outbox-odd", version="1.0")
+
+
+async def test_a_built_adapter_with_a_wrong_max_concurrency_is_refused_by_name(
+    outbox_db: Any,
+) -> None:
+    """max_concurrency may be set by the built instance from its settings: checked there."""
+    from outbox_core import AdapterContractError
+
+    class FromSettings(NoopAdapter):
+        kind = "TEST_FROM_SETTINGS"
+
+        @classmethod
+        def build(cls, settings: Any) -> FromSettings:
+            built = cls()
+            built.max_concurrency = "8"  # type: ignore[assignment]  # a setting left as text
+            return built
+
+    outbox_db.registry = KindRegistry()
+    outbox_db.register_kind(FromSettings)
+    executor = outbox_db.executor()
+    with pytest.raises(
+        AdapterContractError, match=r"FromSettings \(built\)\.max_concurrency is '8'"
+    ):
+        executor.adapter("TEST_FROM_SETTINGS")
+
+
 @pytest.mark.parametrize("kind", ["lower", "WITH SPACE", "", "9STARTS_WITH_DIGIT"])
 def test_a_kind_name_is_an_upper_case_identifier(kind: str) -> None:
     adapter = type("Odd", (NoopAdapter,), {"kind": kind})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from outbox_core import (
     Abandoned,
     ActionAttempt,
     ActionRequest,
+    AdapterContractError,
     AdapterResult,
     Cancelled,
     Defer,
@@ -141,6 +143,14 @@ TABLE = [
         script(Reread(LATER), fence=True),
         3,
         {"state": "UNCERTAIN", "stop_reason": StopReason.WRITE_UNCONFIRMED},
+        True,
+    ),
+    (
+        "reread-of-at-most-once-kind-before-its-fence",
+        "TEST_ONCE",
+        script(Reread(LATER)),
+        3,
+        {"state": "UNCERTAIN", "stop_reason": StopReason.WRITE_UNCONFIRMED, "attempt": 1},
         True,
     ),
     (
@@ -355,3 +365,156 @@ async def test_retry_waits_back_off_exponentially_with_jitter(db: OutboxTestData
         )
         > 1
     )
+
+
+def returning(value: Any, *, fence: bool = False):  # type: ignore[no-untyped-def]
+    async def run(attempt: ActionAttempt) -> Any:
+        if fence:
+            assert await attempt.fence().begin_write()
+        return value
+
+    return run
+
+
+# (name, kind, what execute() returns, fence first, expected row subset, what the log names)
+WRONG = [
+    (
+        "none-before-the-fence-is-a-retry",
+        "TEST_SCRIPTED",
+        None,
+        False,
+        {"state": "ADMITTED", "attempt": 1, "fenced": False, "last_result": "Retry"},
+        "NoneType",
+    ),
+    (
+        "none-after-the-fence-is-a-reread",
+        "TEST_SCRIPTED",
+        None,
+        True,
+        {"state": "EXECUTING", "attempt": 1, "fenced": True, "last_result": "Reread"},
+        "NoneType",
+    ),
+    (
+        "none-after-the-fence-of-at-most-once-is-uncertain",
+        "TEST_ONCE",
+        None,
+        True,
+        {"state": "UNCERTAIN", "stop_reason": StopReason.WRITE_UNCONFIRMED},
+        "NoneType",
+    ),
+    (
+        "a-string-is-not-a-result",
+        "TEST_SCRIPTED",
+        "Done",
+        False,
+        {"state": "ADMITTED", "attempt": 1, "last_result": "Retry"},
+        "str",
+    ),
+    (
+        "a-readback-ref-that-is-not-text",
+        "TEST_SCRIPTED",
+        Done(42),  # type: ignore[arg-type]
+        True,
+        {"state": "EXECUTING", "readback_ref": None, "last_result": "Reread"},
+        "Done",
+    ),
+    (
+        "a-wait-that-is-not-a-timedelta",
+        "TEST_SCRIPTED",
+        Defer(5),  # type: ignore[arg-type]
+        False,
+        {"state": "ADMITTED", "attempt": 1, "last_result": "Retry"},
+        "Defer",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "value", "fence", "expected", "returned"), WRONG, ids=[w[0] for w in WRONG]
+)
+async def test_a_result_that_is_not_an_adapter_result_ends_the_attempt_as_an_exception_would(
+    db: OutboxTestDatabase,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    kind: str,
+    value: Any,
+    fence: bool,
+    expected: dict[str, Any],
+    returned: str,
+) -> None:
+    """A forgotten return (or a malformed result) left the action EXECUTING for its whole
+    lease with one log line. It is a bug of that attempt, ended as an exception ends one."""
+    adapter = AtMostOnceAdapter if kind == "TEST_ONCE" else ScriptedAdapter
+    adapter.script = returning(value, fence=fence)
+    action_id = enqueue(db, kind)
+    with caplog.at_level(logging.ERROR, logger="outbox"):
+        async with db.executor() as executor:
+            rows, _ = await executor._claim(10)
+            await asyncio.gather(*executor._dispatch(rows))
+            await executor.settle()
+    got = row(db, action_id)
+    assert {key: got[key] for key in expected} == expected
+    logged = [
+        r for r in caplog.records if getattr(r, "event", None) == "action.attempt.wrong_result"
+    ]
+    assert [(getattr(r, "action.id"), getattr(r, "action.kind")) for r in logged] == [
+        (action_id, kind)
+    ]
+    assert getattr(logged[0], "action.returned") == returned
+    assert not [r for r in caplog.records if getattr(r, "event", None) == "executor.task.failed"]
+
+
+async def test_drain_raises_when_an_adapter_returns_what_is_not_a_result(
+    db: OutboxTestDatabase,
+) -> None:
+    async def forgot_to_return(attempt: ActionAttempt) -> AdapterResult:
+        await attempt.fence().begin_write()  # and no `return Done(...)`
+        return None  # type: ignore[return-value]
+
+    ScriptedAdapter.script = forgot_to_return
+    action_id = enqueue(db)
+    with pytest.raises(
+        AdapterContractError, match=r"ScriptedAdapter\.execute\(\) returned NoneType"
+    ):
+        await db.adrain()
+    assert row(db, action_id)["last_result"] == "Reread"  # ended, as if it raised
+
+
+async def test_a_malformed_result_does_not_fail_the_batch_of_endings_it_shares(
+    db: OutboxTestDatabase,
+) -> None:
+    """Retry(after=5) broke the JSON of the batch of endings it was written in, and every
+    action of that batch stayed EXECUTING until its lease ran out."""
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        await asyncio.sleep(0.05)  # both attempts end into one batch
+        if attempt.idempotency_key == "bad":
+            return Retry(after=5)  # type: ignore[arg-type]
+        return Done("fine")
+
+    ScriptedAdapter.script = run
+    bad, good = enqueue(db, key="bad", lane="a"), enqueue(db, key="good", lane="b")
+    async with db.executor() as executor:
+        rows, _ = await executor._claim(10)
+        assert sorted(r[1] for r in rows) == [bad, good]
+        await asyncio.gather(*executor._dispatch(rows))
+        await executor.settle()
+    assert row(db, good)["state"] == "DONE"
+    assert (row(db, bad)["state"], row(db, bad)["last_result"]) == ("ADMITTED", "Retry")
+
+
+async def test_a_deferred_attempt_knows_it_is_a_re_run(db: OutboxTestDatabase) -> None:
+    """attempt.number repeats after a Defer (it does not count); attempt.run counts every
+    claim, so the third run after two Defers sees run 3 and number 1."""
+    seen: list[tuple[int, int]] = []
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        seen.append((attempt.number, attempt.run))
+        return Defer(timedelta(minutes=1)) if len(seen) <= 2 else Done()
+
+    ScriptedAdapter.script = run
+    action_id = enqueue(db)
+    for _ in range(3):
+        await db.adrain()
+    assert row(db, action_id)["state"] == "DONE"
+    assert seen == [(1, 1), (1, 2), (1, 3)]

@@ -254,11 +254,13 @@ def test_a_refused_fence_sends_nothing(
 ) -> None:
     enqueue(email_db, "k")
 
-    # A lease of 61 s with a margin of 60.999 s: begin_write() refuses at once.
+    # A lease of 61 s with a margin of 60.999 s: begin_write() refuses at once, for the margin.
+    # The action is given back uncounted, refused again on the next run, and that attempt
+    # counts (a Retry before the write): it waits, its first attempt spent, nothing sent.
     email_db.drain(lease_seconds=61.0, fence_margin_seconds=60.999)
 
     state, reason, attempts = action(email_db, "k")
-    assert (state, reason, attempts) == (ActionState.EXECUTING, None, 1)
+    assert (state, reason, attempts) == (ActionState.ADMITTED, None, 1)
     assert email_db.scalar("SELECT write_started_at FROM {schema}.agent_action") is None
     assert smtp_server.mail_commands == 0
     assert smtp_server.messages == []

@@ -10,6 +10,7 @@ from .adapter import ActionAdapter
 from .attempt import ActionAttempt, LeaseLost, WriteFence
 from .erasure import ErasureReport, erase_subject
 from .errors import (
+    AdapterContractError,
     ConfigurationError,
     EgressViolation,
     IdempotencyConflict,
@@ -58,6 +59,7 @@ __all__ = [
     "ActionRequest",
     "ActionState",
     "ActionVariants",
+    "AdapterContractError",
     "AdapterResult",
     "Cancelled",
     "ConfigurationError",

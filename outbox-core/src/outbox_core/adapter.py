@@ -10,12 +10,13 @@ from __future__ import annotations
 import abc
 import contextvars
 import functools
+import inspect
 import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from .errors import EgressViolation, RegistrationError
+from .errors import AdapterContractError, EgressViolation, RegistrationError
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -130,6 +131,67 @@ def _guard(
 
     guarded._outbox_guarded = True  # type: ignore[attr-defined]
     return guarded
+
+
+_ASYNC_METHODS = ("execute", "ended", "rescheduled", "aclose")
+_CLASS_VALUES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("at_most_once", bool, "True or False"),
+    ("instance_level", bool, "True or False"),
+    ("retained", bool, "True or False"),
+    ("retry_base", timedelta, "a timedelta"),
+    ("retry_cap", timedelta, "a timedelta"),
+)
+
+
+def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
+    """What is wrong with an adapter class's declarations: the values and methods the executor
+    trusts without looking again (an ``ended`` written without ``async`` runs, then fails at
+    its await, and its ending is rolled back on every try)."""
+    name = adapter.__qualname__
+    problems = []
+    for method in _ASYNC_METHODS:
+        function = inspect.unwrap(getattr(adapter, method))
+        if not inspect.iscoroutinefunction(function):
+            problems.append(f"{name}.{method} must be an `async def` method")
+    for attribute, types, wanted in _CLASS_VALUES:
+        value = getattr(adapter, attribute)
+        if not isinstance(value, types):
+            problems.append(
+                f"{name}.{attribute} is {type(value).__qualname__}; it must be {wanted}"
+            )
+    attempts = adapter.default_max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        problems.append(f"{name}.default_max_attempts must be a whole number of at least 1")
+    reasons = adapter.stop_reasons
+    if not isinstance(reasons, frozenset | set) or not all(isinstance(r, str) for r in reasons):
+        problems.append(f"{name}.stop_reasons must be a frozenset of str")
+    problem = _limit_problem(name, adapter.max_concurrency)
+    if problem is not None:
+        problems.append(problem)
+    return problems
+
+
+def check_built(adapter: type[ActionAdapter], built: object) -> ActionAdapter:
+    """The instance ``build()`` returned, checked: an instance of the kind's adapter class, with
+    a ``max_concurrency`` the executor can use (None, or a whole number of at least 1)."""
+    if not isinstance(built, adapter):
+        raise AdapterContractError(
+            f"{adapter.__qualname__}.build() returned {type(built).__qualname__}, not an instance "
+            f"of {adapter.__qualname__}: return cls(...)"
+        )
+    problem = _limit_problem(f"{adapter.__qualname__} (built)", built.max_concurrency)
+    if problem is not None:
+        raise AdapterContractError(problem)
+    return built
+
+
+def _limit_problem(name: str, limit: object) -> str | None:
+    if limit is None or (type(limit) is int and limit >= 1):
+        return None
+    return (
+        f"{name}.max_concurrency is {limit!r}; it must be None (only the executor's limit) or a "
+        "whole number of at least 1"
+    )
 
 
 def egress_token() -> contextvars.Token[bool]:

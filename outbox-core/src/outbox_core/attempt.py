@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from psycopg import AsyncConnection
 
@@ -20,10 +20,15 @@ class LeaseLost(OutboxError):
     attempt's domain transaction was not committed."""
 
 
+FenceAnswer = Literal["passed", "moved", "short"]
+"""The write fence's answer: passed; refused because the epoch moved on (another claim, an
+erasure, an ending); refused because less than the fence margin of this epoch's lease is left."""
+
+
 class AttemptBackend(Protocol):
     """What an attempt needs from its executor (implemented in ``outbox_core.executor``)."""
 
-    async def begin_write(self, action_id: int, epoch: int) -> bool: ...
+    async def begin_write(self, action_id: int, epoch: int) -> FenceAnswer: ...
 
     def lease_transaction(
         self, action_id: int, epoch: int
@@ -60,19 +65,25 @@ class WriteFence:
         """Mark that this attempt's write may reach the provider, in a short transaction of its
         own. False when another claim took the action, an erasure deleted it, or less than the
         fence margin (60 s) of the lease is left: then do not call the provider and return
-        ``Abandoned()``. It may be called more than once in an attempt (once per copy)."""
+        ``Abandoned()``. It may be called more than once in an attempt (once per copy).
+
+        After a refusal for the margin (the epoch still this attempt's) and before any fence of
+        this attempt passed, ``Abandoned()`` gives the action back at once: ADMITTED, due now,
+        the attempt not counted (as a ``Defer``), so the next claim runs it with a whole lease."""
         attempt = self._attempt
         if attempt._in_transaction:
             raise OutboxError(
                 "begin_write() inside attempt.transaction() would wait on its own row lock; "
                 "fence first, or after the transaction"
             )
-        ok = await attempt._backend.begin_write(attempt.id, attempt.epoch)
-        if ok:
+        answer = await attempt._backend.begin_write(attempt.id, attempt.epoch)
+        if answer == "passed":
             attempt.fenced = True
-        else:
-            attempt.refused = True
-        return ok
+            return True
+        attempt.refused = True
+        if answer == "short":
+            attempt.short_of_lease = True
+        return False
 
 
 class ActionAttempt:
@@ -89,6 +100,9 @@ class ActionAttempt:
         """True once this attempt's begin_write() succeeded."""
         self.refused = False
         """True once this attempt's begin_write() was refused."""
+        self.short_of_lease = False
+        """True once a begin_write() was refused for the fence margin while the epoch was still
+        this attempt's (not because another holder took the action)."""
 
     @property
     def id(self) -> int:
@@ -104,8 +118,19 @@ class ActionAttempt:
 
     @property
     def number(self) -> int:
-        """1 for the first attempt; a Defer does not count."""
+        """1 for the first attempt; a Defer does not count (nor a claim given back unstarted),
+        so the number repeats after one. See :attr:`run` for the count of runs."""
         return self.action.attempt
+
+    @property
+    def run(self) -> int:
+        """How many times this action has been claimed, this claim included: 1 for the first.
+        Unlike :attr:`number` it counts every claim (after a ``Defer``, a ``Reread``, a lease
+        that ran out, a fence given back for its margin), so an attempt can tell that it is a
+        re-run (``run > number``) after a Defer. It is the claim's epoch, which the database
+        raises by one on each claim and on nothing else; a claim that the executor gave back
+        before the adapter saw it (a shutdown, an undecodable payload) counts too."""
+        return self.action.epoch
 
     @property
     def is_last(self) -> bool:

@@ -45,3 +45,9 @@ class UndecodableAction(OutboxError):
 
 class EgressViolation(OutboxError):
     """An adapter's ``execute`` was called from outside the executor."""
+
+
+class AdapterContractError(OutboxError, TypeError):
+    """An adapter broke its contract: ``execute`` returned something that is not a well-formed
+    ``AdapterResult`` (a missing ``return``), or a callback or attribute has the wrong type.
+    The executor ends such an attempt as if it raised; ``drain()`` raises this in tests."""

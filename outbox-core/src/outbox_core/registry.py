@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from .adapter import KIND_NAME, ActionAdapter
+from .adapter import KIND_NAME, ActionAdapter, adapter_class_problems
 from .errors import RegistrationError, UnknownKind
 from .results import StopReason
 from .variants import ActionVariants
@@ -83,6 +83,9 @@ class KindRegistry:
                 f"{where}: {adapter.__qualname__}.kind must be an upper-case name such as "
                 f"'SLACK_POST', got {kind!r}"
             )
+        problems = adapter_class_problems(adapter)
+        if problems:
+            raise RegistrationError(f"{where}: " + "; ".join(problems))
         variants = adapter.variants()  # raises RegistrationError when not declared
         if not isinstance(variants, ActionVariants):
             raise RegistrationError(

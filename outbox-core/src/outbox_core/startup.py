@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from .adapter import ActionAdapter
+from .adapter import ActionAdapter, check_built
 from .errors import ConfigurationError, OutboxError
 from .registry import KindRegistry, RegisteredKind
 from .settings import OutboxSettings, validation_problems
@@ -51,7 +51,7 @@ def build_adapters(
     stopped: list[StoppedKind] = []
     for kind, entry in sorted(entries.items()):
         try:
-            adapters[kind] = entry.adapter.build(settings)
+            adapters[kind] = check_built(entry.adapter, entry.adapter.build(settings))
         except Exception as exc:
             stopped.append(StoppedKind(kind, entry.distribution, build_error(exc)))
     return adapters, stopped

@@ -15,13 +15,13 @@ from typing import Any
 
 from ..adapter import ActionAdapter, egress_reset, egress_token
 from ..attempt import ActionAttempt, ClaimedAction
-from ..errors import InvalidRequest
+from ..errors import AdapterContractError, InvalidRequest
 from ..observability import action_event, event
 from ..results import AdapterResult, Defer, StopReason
 from ..states import ActionState
 from .endings import Endings
 from .fences import Fences
-from .outcomes import AttemptFacts, Ending, decide
+from .outcomes import AttemptFacts, Ending, decide, exception_result, wrong_result
 from .runtime import Runtime
 
 # The claim's ops that start an attempt; the others end the action (see _reap).
@@ -38,6 +38,10 @@ class Attempts:
         self._kind_slots: dict[str, asyncio.Semaphore | None] = {}
         self._deadlines: dict[asyncio.Task[Any], float] = {}
         self._overdue: set[asyncio.Task[Any]] = set()
+        # Action id -> the attempt number given back uncounted after a fence short of lease.
+        self._short_given: dict[int, int] = {}
+        # While drain() runs: the attempts whose execute() broke its contract, raised at the end.
+        self.wrong_results: list[AdapterContractError] | None = None
 
     def dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
         """Start a task for each claimed row (claim_v1's rows); the tasks, to wait for."""
@@ -176,6 +180,10 @@ class Attempts:
                 level=logging.WARNING,
                 fenced=attempt.fenced,
             )
+        elif not isinstance(result, BaseException):
+            problem = wrong_result(result)
+            if problem is not None:
+                result = self._wrong_result(claimed, attempt, result, problem)
         rt.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
         facts = self._facts(claimed, adapter, fenced=attempt.fenced)
         ending = decide(facts, result)
@@ -185,9 +193,69 @@ class Attempts:
         rt.tally.add(rt.instruments.attempts, ("kind", claimed.kind), ("result", result_name))
         if ending is None:
             rt.tally.add(rt.instruments.fence_refused, ("kind", claimed.kind))
+            if attempt.short_of_lease and not attempt.fenced:
+                self._give_back_short(claimed, adapter)
+                return
             action_event("action.abandoned", claimed.id, claimed.kind, epoch=claimed.epoch)
             return
+        if self._short_given:
+            self._short_given.pop(claimed.id, None)
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
+        self.endings.post(ending)
+
+    def _wrong_result(
+        self, claimed: ClaimedAction, attempt: ActionAttempt, result: object, problem: str
+    ) -> AdapterContractError:
+        """What execute() returned is not a well-formed AdapterResult: a bug of this attempt,
+        which ends as if execute() had raised (a Retry before the fence; after it a Reread, or
+        UNCERTAIN for an at-most-once kind). drain() raises it in tests."""
+        action_event(
+            "action.attempt.wrong_result",
+            claimed.id,
+            claimed.kind,
+            level=logging.ERROR,
+            returned=type(result).__qualname__,
+            problem=problem,
+            fenced=attempt.fenced,
+        )
+        adapter = type(self.rt.adapter(claimed.kind)).__qualname__
+        error = AdapterContractError(f"action {claimed.id} ({claimed.kind}): {adapter}.{problem}")
+        if self.wrong_results is not None:
+            self.wrong_results.append(error)
+        return error
+
+    def _give_back_short(self, claimed: ClaimedAction, adapter: ActionAdapter) -> None:
+        """The fence refused for its margin while the epoch was still this attempt's, and no
+        fence of the attempt passed: nothing reached the provider. The action goes back at once
+        (ADMITTED, due now, the attempt not counted: a Defer's write), so the next claim runs
+        it with a whole lease instead of waiting out this one and spending an attempt.
+
+        Once per attempt number (in this executor): when the same attempt comes back short
+        again, its work before the fence outlasts what the lease leaves it, and an uncounted
+        give-back would run it for ever. That one counts, as an exception before the write
+        would, so the kind still ends ATTEMPTS_EXHAUSTED, without waiting out its leases."""
+        counted = self._short_given.pop(claimed.id, None) == claimed.attempt
+        action_event(
+            "action.fence.short",
+            claimed.id,
+            claimed.kind,
+            level=logging.WARNING,
+            epoch=claimed.epoch,
+            attempt=claimed.attempt,
+            counted=counted,
+            lease_seconds=self.rt.settings.lease_seconds,
+            margin_seconds=self.rt.settings.fence_margin_seconds,
+        )
+        if counted:
+            # As an exception before the write: a Retry after the kind's backoff (FAILED at the
+            # last attempt), or a Reread when an earlier attempt's write may exist.
+            facts = self._facts(claimed, adapter, fenced=False)
+            counted_ending = decide(facts, exception_result(facts))
+            assert counted_ending is not None  # a Retry or a Reread always writes
+            ending = counted_ending
+        else:
+            self._short_given[claimed.id] = claimed.attempt
+            ending = self._deferral(claimed, adapter, timedelta(0))
         self.endings.post(ending)
 
     def _deferral(self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta) -> Ending:

@@ -29,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..action import Action
 from ..adapter import ActionAdapter
+from ..errors import AdapterContractError
 from ..observability import BacklogSnapshot, event
 from ..outbox import Outbox
 from ..settings import OutboxSettings
@@ -215,7 +216,9 @@ class Executor:
 
     async def drain(self, *, timeout: float = 60.0) -> int:
         """Make every waiting action due, then run until no action is due. Returns the number
-        of attempts and endings run. For tests: the scheduler is off there."""
+        of attempts and endings run. For tests: the scheduler is off there. Raises
+        :class:`AdapterContractError` at the end when an attempt's ``execute()`` returned what
+        is not a well-formed ``AdapterResult`` (each such action was ended as if it raised)."""
         rt = self.rt
         await self.open()
         deadline = time.monotonic() + timeout
@@ -224,6 +227,8 @@ class Executor:
         await self.maintenance.sweep_expired()
         ran = 0
         rt.chaining = True
+        wrong: list[AdapterContractError] = []
+        self.attempts.wrong_results = wrong
         try:
             while True:
                 if time.monotonic() > deadline:
@@ -238,9 +243,17 @@ class Executor:
                     found = found or bool(rows) or visited > 0
                 ran += await self.settle()
                 if not found:
-                    return ran
+                    break
         finally:
             rt.chaining = False
+            self.attempts.wrong_results = None
+        if wrong:
+            # The actions were ended as if the adapter raised; the bug is the adapter's.
+            raise AdapterContractError(
+                f"drain(): {len(wrong)} attempt(s) broke the adapter contract; fix the adapter: "
+                + "; ".join(str(error) for error in wrong)
+            ) from wrong[0]
+        return ran
 
     async def settle(self) -> int:
         """Wait until no attempt runs (chained claims may start more meanwhile) and every

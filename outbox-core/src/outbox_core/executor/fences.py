@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from ..attempt import LeaseLost
+from ..attempt import FenceAnswer, LeaseLost
 from .batcher import Batcher
 from .runtime import Runtime
 
@@ -23,15 +23,16 @@ from .runtime import Runtime
 class Fences:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        # A fence's answer: passed, refused, or None while another transaction holds the row.
-        self.batcher: Batcher[tuple[int, int], bool | None] = Batcher(
+        # A fence's answer (passed, moved on, short of lease), or None while another transaction
+        # holds the row.
+        self.batcher: Batcher[tuple[int, int], FenceAnswer | None] = Batcher(
             self._flush, parallel=runtime.settings.batches_in_flight, name="outbox-fencer"
         )
 
     async def close(self) -> None:
         await self.batcher.close()
 
-    async def begin_write(self, action_id: int, epoch: int) -> bool:
+    async def begin_write(self, action_id: int, epoch: int) -> FenceAnswer:
         pause = 0.02
         while True:
             answer = await self.batcher.submit((action_id, epoch))
@@ -43,7 +44,7 @@ class Fences:
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))
             pause = min(pause * 2, 1.0)
 
-    async def _flush(self, requests: Sequence[tuple[int, int]]) -> list[bool | None]:
+    async def _flush(self, requests: Sequence[tuple[int, int]]) -> list[FenceAnswer | None]:
         margin = self.rt.settings.fence_margin_seconds
         params = {
             "ids": [action_id for action_id, _ in requests],
@@ -55,17 +56,21 @@ class Fences:
             # size, and it chose to scan every executing action (through the partial index of
             # executing lanes) once for each fence: 120 us a fence with a thousand running.
             cursor = await conn.execute(self.rt.queries["begin_write"], params, prepare=False)
-            # (id, None): passed; (id, seconds of lease left): busy, held by another transaction;
-            # not returned: refused.
-            rows: dict[int, float | None] = dict(await cursor.fetchall())
+            # id -> (None, False): passed; (seconds of lease left, False): refused for the
+            # margin; (seconds left, True): busy, held by another transaction; not returned:
+            # refused, the epoch moved on.
+            rows = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
 
-        def answer(action_id: int) -> bool | None:
-            if action_id not in rows:
-                return False
-            left = rows[action_id]
+        def answer(action_id: int) -> FenceAnswer | None:
+            found = rows.get(action_id)
+            if found is None:
+                return "moved"
+            left, busy = found
             if left is None:
-                return True
-            return None if left >= margin else False
+                return "passed"
+            if busy and left >= margin:
+                return None
+            return "short"
 
         return [answer(action_id) for action_id, _ in requests]
 

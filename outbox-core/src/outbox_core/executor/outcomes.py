@@ -141,7 +141,50 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
             return ending(ActionState.CANCELLED, "Cancelled", stop_reason=reason)
         case Abandoned():
             return None
-    raise TypeError(f"an adapter returned {result!r}, which is not an AdapterResult")
+    # The executor checks results first (wrong_result); the type only, never the value.
+    raise TypeError(f"an adapter returned {type(result).__qualname__}, not an AdapterResult")
+
+
+def wrong_result(result: object) -> str | None:
+    """What is wrong with what ``execute()`` returned; None for a well-formed result. Names
+    types only, never values: a result may carry text from the payload or the provider."""
+    if type(result) is Done and (result.readback_ref is None or type(result.readback_ref) is str):
+        return None  # most results, without the pattern matching below
+    match result:
+        case Done(readback_ref=ref):
+            return _wrong_field("Done.readback_ref", ref, (str,), optional=True)
+        case Retry(after=after, why=why):
+            return _wrong_field("Retry.after", after, (timedelta,), optional=True) or (
+                _wrong_field("Retry.why", why, (str,), optional=True)
+            )
+        case Defer(after=after, event=event):
+            return _wrong_field("Defer.after", after, (timedelta,)) or (
+                _wrong_field("Defer.event", event, (str,), optional=True)
+            )
+        case Reread(after=after):
+            return _wrong_field("Reread.after", after, (timedelta,))
+        case Uncertain(reason=reason) | Failed(reason=reason) | Cancelled(reason=reason):
+            return _wrong_field(f"{type(result).__name__}.reason", reason, (str,))
+        case Abandoned():
+            return None
+    hint = " (a missing return?)" if result is None else ""
+    return (
+        f"execute() returned {type(result).__qualname__}{hint}, not an AdapterResult: return "
+        "Done, Retry, Defer, Reread, Uncertain, Failed, Cancelled or Abandoned"
+    )
+
+
+def _wrong_field(
+    name: str, value: object, types: tuple[type, ...], *, optional: bool = False
+) -> str | None:
+    if isinstance(value, types) or (optional and value is None):
+        return None
+    result, field = name.split(".")
+    wanted = " or ".join(t.__name__ for t in types) + (" or None" if optional else "")
+    return (
+        f"execute() returned {result} whose {field} is {type(value).__qualname__}; "
+        f"it must be {wanted}"
+    )
 
 
 def exception_result(facts: AttemptFacts) -> AdapterResult:

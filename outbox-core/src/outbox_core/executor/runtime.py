@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from ..adapter import ActionAdapter
+from ..adapter import ActionAdapter, check_built
 from ..observability import Instruments, Tally, event
 from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
@@ -72,7 +72,8 @@ class Runtime:
         """The kind's adapter, built from the settings on first use."""
         adapter = self.adapters.get(kind)
         if adapter is None:
-            adapter = self.entries[kind].adapter.build(self.settings)
+            entry = self.entries[kind]
+            adapter = check_built(entry.adapter, entry.adapter.build(self.settings))
             self.adapters[kind] = adapter
         return adapter
 

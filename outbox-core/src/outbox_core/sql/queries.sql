@@ -201,12 +201,16 @@ SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_a
 -- skipped, not waited for: one busy row held up every fence of the batch, and the margin,
 -- read from the statement's start, then passed fences whose lease had run down meanwhile.
 -- Each is returned with the seconds of lease it has left, and asked for again alone.
--- Returns (id, NULL) for each fence that passed, (id, seconds left) for each busy row; an
--- action not returned was refused.
+-- Returns (id, NULL, false) for each fence that passed; (id, seconds left, false) for each
+-- refused for the margin, its epoch still the attempt's (the executor gives it back at once);
+-- (id, seconds left, true) for each busy row. An action not returned was refused: its epoch
+-- moved on, it ended, or it is gone.
 WITH f AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
 ), free AS (
-    SELECT a.id
+    -- The margin is read per row as it is locked (the row lock keeps lease_until as read).
+    SELECT a.id, a.lease_until,
+           a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s) AS roomy
       FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
      WHERE a.state = 'EXECUTING'
        FOR NO KEY UPDATE OF a SKIP LOCKED
@@ -214,13 +218,17 @@ WITH f AS (
     UPDATE {schema}.agent_action a
        SET write_started_at = coalesce(a.write_started_at, now())
       FROM free
-     WHERE a.id = free.id
-       AND a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s)
+     WHERE a.id = free.id AND free.roomy
     RETURNING a.id
 )
-SELECT id, NULL::float8 FROM fenced
+SELECT id, NULL::float8, false FROM fenced
 UNION ALL
-SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8
+-- Locked at the attempt's epoch: only its lease stood in the way.
+SELECT id, extract(epoch FROM lease_until - clock_timestamp())::float8, false
+  FROM free
+ WHERE NOT roomy
+UNION ALL
+SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8, true
   FROM (SELECT * FROM f WHERE f.id NOT IN (SELECT id FROM free)) busy  -- hashed, and first
   JOIN {schema}.agent_action a ON a.id = busy.id AND a.epoch = busy.epoch
  WHERE a.state = 'EXECUTING'

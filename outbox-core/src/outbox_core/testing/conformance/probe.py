@@ -24,7 +24,7 @@ from psycopg import AsyncConnection
 
 from ...action import Action
 from ...adapter import ActionAdapter
-from ...attempt import ActionAttempt, AttemptBackend
+from ...attempt import ActionAttempt, AttemptBackend, FenceAnswer
 from ...requests import ActionRequest
 from ...results import AdapterResult
 from ...states import ActionState
@@ -132,7 +132,7 @@ class ProbeBackend:
         self._recorder = recorder
         self._attempt = attempt
 
-    async def begin_write(self, action_id: int, epoch: int) -> bool:
+    async def begin_write(self, action_id: int, epoch: int) -> FenceAnswer:
         recorder = self._recorder
         mode = recorder.fence_faults.pop(0) if recorder.fence_faults else None
         call = FenceCall(action_id, self._attempt.number, recorder.writes(action_id), None)
@@ -141,10 +141,11 @@ class ProbeBackend:
             raise FenceBroken("the conformance suite broke the fence's connection (on purpose)")
         if mode == "refuse" and recorder.move_epoch is not None:
             await recorder.move_epoch(action_id)
-        call.passed = await self._inner.begin_write(action_id, epoch)
+        answer = await self._inner.begin_write(action_id, epoch)
+        call.passed = answer == "passed"
         if mode == "crash" and call.passed:
             raise asyncio.CancelledError("the conformance suite's crash after the fence")
-        return call.passed
+        return answer
 
     def lease_transaction(
         self, action_id: int, epoch: int
