@@ -72,9 +72,9 @@ def fields(db: OutboxTestDatabase, action_id: int) -> dict[str, Any]:
 async def claim_and_run(db: OutboxTestDatabase, action_id: int) -> None:
     """One claim and its attempt, written, without drain() making anything due."""
     async with db.executor() as executor:
-        rows, _ = await executor._claim(10)
+        rows, _ = await executor.claims.claim(10)
         assert [(r[0], r[1]) for r in rows] == [("claim", action_id)]
-        await asyncio.gather(*executor._dispatch(rows))
+        await asyncio.gather(*executor.attempts.dispatch(rows))
         await executor.settle()
 
 

@@ -449,8 +449,8 @@ async def test_a_result_that_is_not_an_adapter_result_ends_the_attempt_as_an_exc
     action_id = enqueue(db, kind)
     with caplog.at_level(logging.ERROR, logger="outbox"):
         async with db.executor() as executor:
-            rows, _ = await executor._claim(10)
-            await asyncio.gather(*executor._dispatch(rows))
+            rows, _ = await executor.claims.claim(10)
+            await asyncio.gather(*executor.attempts.dispatch(rows))
             await executor.settle()
     got = row(db, action_id)
     assert {key: got[key] for key in expected} == expected
@@ -495,9 +495,9 @@ async def test_a_malformed_result_does_not_fail_the_batch_of_endings_it_shares(
     ScriptedAdapter.script = run
     bad, good = enqueue(db, key="bad", lane="a"), enqueue(db, key="good", lane="b")
     async with db.executor() as executor:
-        rows, _ = await executor._claim(10)
+        rows, _ = await executor.claims.claim(10)
         assert sorted(r[1] for r in rows) == [bad, good]
-        await asyncio.gather(*executor._dispatch(rows))
+        await asyncio.gather(*executor.attempts.dispatch(rows))
         await executor.settle()
     assert row(db, good)["state"] == "DONE"
     assert (row(db, bad)["state"], row(db, bad)["last_result"]) == ("ADMITTED", "Retry")
