@@ -14,7 +14,12 @@ import outbox_core
 
 REPO = Path(__file__).resolve().parents[1]
 API_PAGE = REPO / "docs" / "api.md"
-PUBLIC_MODULES = {"outbox_core", "outbox_core.testing", "outbox_core.testing.conformance"}
+PUBLIC_MODULES = {
+    "outbox_core",
+    "outbox_core.steps",
+    "outbox_core.testing",
+    "outbox_core.testing.conformance",
+}
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 ROW = re.compile(r"^\| `(\w+)` \|", re.MULTILINE)
 DOTTED = re.compile(r"`(outbox_core(?:\.\w+)+)")

@@ -49,6 +49,20 @@ from psycopg.pq import TransactionStatus
 
 from .errors import OutboxError
 
+__all__ = [
+    "AsyncOnly",
+    "Call",
+    "NeedsAsync",
+    "Query",
+    "Savepoint",
+    "Sleep",
+    "Step",
+    "Steps",
+    "arun",
+    "atomic",
+    "run",
+]
+
 T = TypeVar("T")
 
 SAVEPOINT_NAME = "outbox_steps"
