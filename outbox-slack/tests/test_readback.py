@@ -224,3 +224,17 @@ def test_the_non_marketplace_history_limit_is_met_by_carrying_the_cursor(
 
     assert action(outbox_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 3)
     assert slack_server.requests["chat.postMessage"] == 1
+
+
+def test_a_token_removed_after_an_unknown_write_leaves_the_post_uncertain(
+    slack_db: OutboxTestDatabase, slack_server: SlackTestServer
+) -> None:
+    slack_server.drop_after_recording()
+    post(slack_db, "t1")
+    slack_db.drain()
+    serve_slack(slack_db, slack_server, token=None)
+
+    run_to_end(slack_db, "t1")
+
+    assert action(slack_db, "t1") == (ActionState.UNCERTAIN, SLACK_HISTORY_UNREADABLE, 2)
+    assert slack_server.requests["chat.postMessage"] == 1

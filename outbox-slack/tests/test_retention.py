@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from outbox_core import ActionState, StopReason
 from outbox_core.erasure import erase_subject
 from outbox_core.testing import OutboxTestDatabase
@@ -91,11 +93,14 @@ def test_a_redaction_while_the_post_is_live_removes_it_when_it_ends(
     ]
 
 
+@pytest.mark.parametrize("ending", ["DONE", "FAILED"])
 def test_a_redaction_that_commits_while_the_post_ends_is_not_missed(
-    slack_db: OutboxTestDatabase, slack_server: SlackTestServer
+    slack_db: OutboxTestDatabase, slack_server: SlackTestServer, ending: str
 ) -> None:
     # The redaction holds the turn's row while the ending waits for it; once the redaction
     # commits, the ending sees every entry redacted and removes the action.
+    if ending == "FAILED":
+        slack_server.fail("chat.postMessage", "channel_not_found")
     post(slack_db, "t1")
     conn = slack_db.connect()
     try:

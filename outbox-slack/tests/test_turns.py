@@ -65,7 +65,7 @@ def test_two_concurrent_transactions_posting_one_turn_make_one_action_and_one_po
         second.close()
 
     [again] = answers
-    assert (getattr(again, "id"), getattr(again, "created")) == (made.id, False)
+    assert (again.id, again.created) == (made.id, False)
     assert slack_db.scalar("SELECT count(*) FROM {schema}.agent_action") == 1
     assert slack_db.scalar("SELECT count(*) FROM {schema}.slack_entry") == 2
     slack_db.drain()

@@ -24,7 +24,9 @@ a timeout or a dropped connection after the        Reread
 request was sent, HTTP 5xx, an unreadable answer
 another HTTP 4xx without a Slack answer            Retry (refused before Slack took it; a wrong
                                                    base URL)
-no token configured                                Failed ``NOT_CONFIGURED`` (nothing sent)
+no token configured                                Failed ``NOT_CONFIGURED`` (nothing sent);
+                                                   after an unknown write Uncertain
+                                                   ``SLACK_HISTORY_UNREADABLE``
 every entry redacted before the post               Cancelled ``SLACK_REDACTED`` (nothing sent)
 =================================================  ============================================
 
@@ -325,6 +327,10 @@ class SlackPostAdapter(ActionAdapter):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         body = cast(SlackPost, attempt.body)
         if self.settings.token is None:
+            if attempt.write_started:
+                # An earlier attempt may have posted, and nothing can read it back now.
+                self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no token")
+                return Uncertain(SLACK_HISTORY_UNREADABLE)
             return Failed(StopReason.NOT_CONFIGURED)
         async with attempt.transaction() as conn:
             content = await self._content(conn, body.turn_id)
