@@ -150,3 +150,26 @@ def test_the_async_entry_point_posts_in_an_async_transaction(
 
     assert action(slack_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 1)
     assert len(slack_server.posts) == 1
+
+
+def test_the_readmes_example_runs_as_written(
+    outbox_db: OutboxTestDatabase, slack_server: SlackTestServer
+) -> None:
+    from outbox_slack import Entry, post_turn
+
+    serve_slack(outbox_db, slack_server, readback_window_seconds=0)
+    slack_server.drop_after_recording()
+    with outbox_db.connect() as conn:
+        post_turn(
+            conn,
+            "t1",
+            [Entry("q1", "question", "C0TEST", "hi")],
+            workspace_id="W1",
+            outbox=outbox_db.outbox,
+        )
+
+    outbox_db.drain()
+    outbox_db.drain()
+
+    assert len(slack_server.posts) == 1
+    assert action(outbox_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 2)
