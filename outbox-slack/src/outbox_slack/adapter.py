@@ -93,7 +93,7 @@ from outbox_core import (
 from outbox_core.observability import action_event, event
 
 from .domain import message_ref, on_ended, queries
-from .settings import SlackSettings
+from .settings import SlackSettings, load_settings
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -293,7 +293,7 @@ class SlackPostAdapter(ActionAdapter):
     def build(cls, settings: OutboxSettings) -> Self:
         _lib()
         adapter = cls(
-            cls.configured,
+            cls.configured if cls.configured is not None else load_settings(),
             schema=settings.schema_name,
             fence_margin_seconds=settings.fence_margin_seconds,
         )
