@@ -107,6 +107,20 @@ def test_a_refused_connection_retries_and_nothing_was_sent(
     assert action(outbox_db, "t1") == (ActionState.FAILED, StopReason.ATTEMPTS_EXHAUSTED, 2)
 
 
+def test_a_failed_tls_handshake_retries_and_nothing_was_sent(
+    outbox_db: OutboxTestDatabase, slack_server: SlackTestServer
+) -> None:
+    # https:// to the plain-HTTP server: the handshake fails before any request is sent.
+    serve_slack(outbox_db, slack_server, base_url=f"https://127.0.0.1:{slack_server.port}/api/")
+    post(outbox_db, "t1")
+
+    outbox_db.drain()
+
+    assert action(outbox_db, "t1") == (ActionState.ADMITTED, None, 1)
+    assert outbox_db.scalar("SELECT write_started_at FROM {schema}.agent_action") is None
+    assert slack_server.requests["chat.postMessage"] == 0
+
+
 def test_another_http_4xx_without_a_slack_answer_retries(
     slack_db: OutboxTestDatabase, slack_server: SlackTestServer
 ) -> None:

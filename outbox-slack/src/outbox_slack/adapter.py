@@ -263,6 +263,8 @@ class SlackPostAdapter(ActionAdapter):
         # No more posts at once than connections: the others would wait for one after their
         # fence while their lease runs down.
         self.max_concurrency = self.settings.max_connections
+        # The adapter's own bound on one provider call (the conformance suite reads it).
+        self.provider_timeout_seconds = self.settings.request_timeout_seconds
         self.schema = schema
         self.fence_margin = timedelta(seconds=fence_margin_seconds)
         self._sql = queries(schema)

@@ -5,6 +5,8 @@
   demand (``ok: false`` errors, 429 with ``Retry-After``, 5xx, a drop before or after recording
   a post, a stall, a broken cursor, hidden new posts, the non-Marketplace history limits).
 - :func:`serve_slack`: point ``SLACK_POST`` in an ``outbox_db`` test database at that server.
+- :class:`SlackProvider` and :func:`conformance_request`: the server and the requests as the
+  core's adapter conformance suite reads them.
 - The pytest fixture ``slack_server`` (loaded with the package's ``pytest11`` entry point).
 """
 
@@ -13,12 +15,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..adapter import KIND, SlackPostAdapter
+from .provider import SlackProvider, conformance_request
 from .server import METHODS, TOKEN, Channel, Message, SlackTestServer
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
 
-__all__ = ["METHODS", "TOKEN", "Channel", "Message", "SlackTestServer", "serve_slack"]
+__all__ = [
+    "METHODS",
+    "TOKEN",
+    "Channel",
+    "Message",
+    "SlackProvider",
+    "SlackTestServer",
+    "conformance_request",
+    "serve_slack",
+]
 
 
 def serve_slack(
