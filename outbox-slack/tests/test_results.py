@@ -135,17 +135,23 @@ def test_another_http_4xx_without_a_slack_answer_retries(
     assert len(slack_server.posts) == 1
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        "internal_error",
-        "fatal_error",
-        "service_unavailable",
-        "request_timeout",
-        "http_500",
-        "http_503",
-    ],
-)
+@pytest.mark.parametrize("error", ["service_unavailable", "request_timeout", "team_added_to_org"])
+def test_an_error_by_which_slack_did_not_carry_the_post_out_retries(
+    slack_db: OutboxTestDatabase, slack_server: SlackTestServer, error: str
+) -> None:
+    slack_server.fail("chat.postMessage", error)
+    post(slack_db, "t1")
+
+    slack_db.drain()
+    assert action(slack_db, "t1") == (ActionState.ADMITTED, None, 1)
+    assert slack_db.scalar("SELECT write_started_at FROM {schema}.agent_action") is None
+
+    slack_db.drain()
+    assert action(slack_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 2)
+    assert len(slack_server.posts) == 1
+
+
+@pytest.mark.parametrize("fault", ["internal_error", "fatal_error", "http_500", "http_503"])
 def test_an_answer_that_may_follow_a_write_reads_back_and_never_posts_again(
     slack_db: OutboxTestDatabase, slack_server: SlackTestServer, fault: str
 ) -> None:

@@ -18,8 +18,10 @@ HTTP 429 (``Retry-After``), or ``ratelimited``     Defer for that long (the atte
 ``channel_not_found``, ``not_in_channel``,         Failed with its stop reason
 ``is_archived``, ``msg_too_long``,                 (:data:`STOP_REASONS`), ``SLACK_REFUSED``
 ``invalid_auth``, ... (any other ``ok: false``)    for an error outside the set
-``internal_error``, ``fatal_error``,               Reread (Slack says some part may have
-``service_unavailable``, ``request_timeout``       succeeded)
+``internal_error``, ``fatal_error``               Reread (Slack says some part may have
+                                                   succeeded)
+``service_unavailable``, ``request_timeout``,      Retry (Slack says it did not carry it out)
+``team_added_to_org``
 a timeout or a dropped connection after the        Reread
 request was sent, HTTP 5xx, an unreadable answer
 another HTTP 4xx without a Slack answer            Retry (refused before Slack took it; a wrong
@@ -138,10 +140,12 @@ STOP_REASONS: Final = frozenset(ERROR_REASONS.values()) | {
     SLACK_HISTORY_UNREADABLE,
 }
 
-MAYBE_WRITTEN: Final = frozenset(
-    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "team_added_to_org"}
-)
-"""``ok: false`` errors after which the post may exist: read back."""
+MAYBE_WRITTEN: Final = frozenset({"internal_error", "fatal_error"})
+"""``ok: false`` errors after which the post may exist (Slack: "it's possible some aspect of
+the operation succeeded"): read back."""
+NOT_TAKEN: Final = frozenset({"service_unavailable", "request_timeout", "team_added_to_org"})
+"""``ok: false`` errors by which Slack says it did not carry the request out (unavailable, the
+request arrived truncated, the workspace is migrating): retry."""
 RATE_LIMITED: Final = frozenset({"ratelimited", "rate_limited"})
 
 
@@ -238,6 +242,8 @@ class SlackPostAdapter(ActionAdapter):
     instance_level = False
     retained = False
     """The 30-day sweep leaves ended posts alone: they go when their entries are redacted."""
+    writes_again_when_absent = False
+    """After an unknown write an attempt only reads: a post it proves absent is ABSENT."""
     default_max_attempts = 10
     retry_base = timedelta(seconds=10)
     retry_cap = timedelta(minutes=15)
@@ -403,6 +409,9 @@ class SlackPostAdapter(ActionAdapter):
         if answer.status >= 500 or answer.error in MAYBE_WRITTEN:
             self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
             return Reread(after=self._window_wait(timedelta(0)))
+        if answer.error in NOT_TAKEN:
+            self._event("slack.post.retry", attempt, logging.WARNING, **fields)
+            return Retry(why=f"Slack answered {answer.error}")
         if answer.error is not None:
             reason = ERROR_REASONS.get(answer.error, SLACK_REFUSED)
             self._event("slack.post.refused", attempt, logging.WARNING, reason=reason, **fields)
@@ -517,6 +526,7 @@ class SlackPostAdapter(ActionAdapter):
             or answer.status == 0
             or answer.error in RATE_LIMITED
             or answer.error in MAYBE_WRITTEN
+            or answer.error in NOT_TAKEN
         )
         if not transient:
             self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)

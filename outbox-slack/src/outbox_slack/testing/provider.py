@@ -1,7 +1,7 @@
 """The loopback Slack server as the core's adapter conformance suite steers it.
 
-The suite (``outbox_core.testing.conformance``, landing separately) reads a provider through
-four methods; :class:`SlackProvider` gives them over a :class:`SlackTestServer`, and
+The suite (``outbox_core.testing.conformance``) reads a provider through four methods;
+:class:`SlackProvider` gives them over a :class:`SlackTestServer`, and
 :func:`conformance_request` makes the suite's requests (the turn and its entry stored first,
 as ``post_turn`` would)::
 
@@ -19,9 +19,10 @@ as ``post_turn`` would)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from outbox_core import ActionRequest
+from outbox_core.testing.conformance import Fault
 
 from ..adapter import KIND, SlackPost, lane_key
 from ..domain import queries
@@ -30,15 +31,14 @@ from .server import SlackTestServer
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
 
-Fault = Literal["refuse", "drop", "stall"]
 CHANNEL = "C0TEST"
 
 
 class SlackProvider:
     """``requests()``, ``writes(request)``, ``fault(fault)``, ``clear_faults()`` over a server.
 
-    - ``refuse``: HTTP 429 with ``Retry-After: 1``, nothing recorded (Slack's answer that
-      provably holds nothing: the adapter defers);
+    - ``refuse``: ``{"ok": false, "error": "service_unavailable"}``, nothing recorded (Slack
+      says it did not carry the post out: the adapter retries);
     - ``drop``: the post is recorded, then the connection closed before the answer;
     - ``stall``: the post is recorded, then the answer never comes (the adapter's
       ``request_timeout_seconds`` must end the call)."""
@@ -55,7 +55,7 @@ class SlackProvider:
     def fault(self, fault: Fault) -> None:
         match fault:
             case "refuse":
-                self.server.rate_limit("chat.postMessage", retry_after=1)
+                self.server.fail("chat.postMessage", "service_unavailable")
             case "drop":
                 self.server.drop_after_recording("chat.postMessage")
             case "stall":
@@ -82,18 +82,19 @@ def conformance_request(
     }
     entry = f"{canary}-entry"
     with db.connect() as conn:
-        conn.execute(sql["insert_turn"], turn)
-        conn.execute(
-            sql["insert_entries"],
-            {
-                "turn_id": canary,
-                "ids": [entry],
-                "kinds": ["question"],
-                "positions": [0],
-                "channels": [channel],
-                "texts": ["a conformance post"],
-            },
-        )
+        # The suite may ask twice for one key's request: store the turn once.
+        if conn.execute(sql["insert_turn"], turn).fetchone() is not None:
+            conn.execute(
+                sql["insert_entries"],
+                {
+                    "turn_id": canary,
+                    "ids": [entry],
+                    "kinds": ["question"],
+                    "positions": [0],
+                    "channels": [channel],
+                    "texts": ["a conformance post"],
+                },
+            )
     return ActionRequest(
         kind=KIND,
         lane_key=lane_key(channel, None),
