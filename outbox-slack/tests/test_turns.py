@@ -155,3 +155,24 @@ def test_an_expired_post_is_cancelled_and_its_entries_keep_no_reference(
     assert action(slack_db, "t1") == (ActionState.CANCELLED, StopReason.EXPIRED, 0)
     assert slack_server.posts == []
     assert slack_db.scalar("SELECT message_ts FROM {schema}.slack_entry") is None
+
+
+def test_a_refused_turn_writes_nothing_and_leaves_the_transaction_usable(
+    slack_db: OutboxTestDatabase,
+) -> None:
+    post(slack_db, "t1")
+    with slack_db.connect() as conn:
+        with pytest.raises(InvalidRequest, match="another turn"):
+            post_turn(
+                conn,
+                "t2",
+                [Entry("t1-q0", "question", CHANNEL, "x")],
+                workspace_id="W1",
+                outbox=slack_db.outbox,
+            )
+        post_turn(conn, "t3", entries("t3"), workspace_id="W1", outbox=slack_db.outbox)
+
+    assert slack_db.rows("SELECT turn_id FROM {schema}.slack_turn ORDER BY turn_id") == [
+        ("t1",),
+        ("t3",),
+    ]

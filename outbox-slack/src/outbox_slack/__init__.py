@@ -19,8 +19,8 @@ from .adapter import (
     idempotency_key,
     lane_key,
 )
-from .domain import Entry, Redacted, SlackPersonData, aredact, parse_ref, redact
-from .enqueue import apost_turn, post_turn
+from .domain import Entry, Redacted, SlackPersonData, aredact, parse_ref, redact, redact_steps
+from .enqueue import apost_turn, post_turn, post_turn_steps
 from .errors import TurnAlreadyPosted, UnknownEntry
 from .settings import SlackSettings
 
@@ -46,5 +46,7 @@ __all__ = [
     "lane_key",
     "parse_ref",
     "post_turn",
+    "post_turn_steps",
     "redact",
+    "redact_steps",
 ]

@@ -25,6 +25,7 @@ from psycopg import AsyncConnection, Connection
 
 from outbox_core import Action, ActionState, Outbox, OutboxSettings, default_outbox
 from outbox_core.sqlfiles import parse_named, render
+from outbox_core.steps import Query, Steps, arun, run
 
 from .errors import UnknownEntry
 
@@ -101,46 +102,37 @@ async def on_ended(conn: AsyncConnection[Any], schema: str, action: Action) -> N
         await conn.execute(sql["remove_ended_action"], {"turn_id": turn_id, "action_id": action.id})
 
 
+def redact_steps(outbox: Outbox, entry_id: str) -> Steps[Redacted]:
+    """:func:`redact` as steps (``yield from`` it in an operation of your own)."""
+    sql = queries(outbox.schema)
+    rows = yield Query(sql["lock_turn_of_entry"], {"entry_id": entry_id})
+    if not rows:
+        raise UnknownEntry(f"entry {entry_id!r}: no stored entry has this id; nothing was redacted")
+    turn_id, action_id = rows[0]
+    redacted = bool((yield Query(sql["redact_entry"], {"entry_id": entry_id})))
+    left = yield Query(sql["unredacted_left"], {"turn_id": turn_id})
+    removed = False
+    if action_id is not None and left[0][0] == 0:
+        params = {"turn_id": turn_id, "action_id": action_id}
+        removed = bool((yield Query(sql["remove_ended_action"], params)))
+    return Redacted(entry_id, redacted, removed)
+
+
 def redact(conn: Connection[Any], entry_id: str, *, outbox: Outbox | None = None) -> Redacted:
     """Remove the entry's text in ``conn``'s transaction. Once every entry of its turn is
     redacted, the turn's ended ``SLACK_POST`` is removed in the same transaction (the entries
     keep its outcome and message reference); a live one is removed by its ending.
 
     Raises :class:`~outbox_slack.UnknownEntry` when no entry has this id."""
-    schema = (outbox if outbox is not None else default_outbox()).schema
-    sql = queries(schema)
-    row = conn.execute(sql["lock_turn_of_entry"], {"entry_id": entry_id}).fetchone()
-    if row is None:
-        raise UnknownEntry(f"entry {entry_id!r}: no stored entry has this id; nothing was redacted")
-    turn_id, action_id = row
-    redacted = conn.execute(sql["redact_entry"], {"entry_id": entry_id}).rowcount > 0
-    left = conn.execute(sql["unredacted_left"], {"turn_id": turn_id}).fetchone()
-    removed = False
-    if action_id is not None and left is not None and left[0] == 0:
-        params = {"turn_id": turn_id, "action_id": action_id}
-        removed = conn.execute(sql["remove_ended_action"], params).rowcount > 0
-    return Redacted(entry_id, redacted, removed)
+    return run(conn, redact_steps(outbox if outbox is not None else default_outbox(), entry_id))
 
 
 async def aredact(
     conn: AsyncConnection[Any], entry_id: str, *, outbox: Outbox | None = None
 ) -> Redacted:
     """The async twin of :func:`redact`."""
-    schema = (outbox if outbox is not None else default_outbox()).schema
-    sql = queries(schema)
-    cursor = await conn.execute(sql["lock_turn_of_entry"], {"entry_id": entry_id})
-    row = await cursor.fetchone()
-    if row is None:
-        raise UnknownEntry(f"entry {entry_id!r}: no stored entry has this id; nothing was redacted")
-    turn_id, action_id = row
-    redacted = (await conn.execute(sql["redact_entry"], {"entry_id": entry_id})).rowcount > 0
-    cursor = await conn.execute(sql["unredacted_left"], {"turn_id": turn_id})
-    left = await cursor.fetchone()
-    removed = False
-    if action_id is not None and left is not None and left[0] == 0:
-        params = {"turn_id": turn_id, "action_id": action_id}
-        removed = (await conn.execute(sql["remove_ended_action"], params)).rowcount > 0
-    return Redacted(entry_id, redacted, removed)
+    steps = redact_steps(outbox if outbox is not None else default_outbox(), entry_id)
+    return await arun(conn, steps)
 
 
 class SlackPersonData:

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg import AsyncConnection, Connection
 
 from outbox_core import ActionRequest, Enqueued, InvalidRequest, Outbox, default_outbox
+from outbox_core.steps import Query, Steps, arun, atomic, run
 
 from .adapter import KIND, SlackPost, idempotency_key, lane_key
 from .domain import ENTRY_KINDS, Entry, queries
@@ -114,6 +115,31 @@ def _taken(rows: list[tuple[Any, ...]]) -> InvalidRequest:
     return InvalidRequest("entries", f"entries already stored with another turn: {taken}")
 
 
+def post_turn_steps(
+    outbox: Outbox,
+    turn_id: str,
+    entries: Sequence[Entry],
+    *,
+    workspace_id: str,
+    subject_account_id: str | None = None,
+    max_attempts: int | None = None,
+    expires_at: datetime | None = None,
+) -> Steps[Enqueued]:
+    """:func:`post_turn` as steps (``yield from`` it in an operation of your own)."""
+    turn = _check(turn_id, workspace_id, entries, subject_account_id, max_attempts, expires_at)
+    sql = queries(outbox.schema)
+    if not (yield Query(sql["insert_turn"], turn.insert_turn)):
+        rows = yield Query(sql["posted_turn"], turn.insert_turn)
+        return _stored_before(turn_id, rows[0] if rows else None)
+    taken = yield Query(sql["taken_entries"], turn.entries)
+    if taken:
+        raise _taken(taken)
+    enqueued = yield from outbox.enqueue_steps(turn.request)
+    yield Query(sql["set_turn_action"], {"turn_id": turn_id, "action_id": enqueued.id})
+    yield Query(sql["insert_entries"], turn.entries)
+    return enqueued
+
+
 def post_turn(
     conn: Connection[Any],
     turn_id: str,
@@ -132,21 +158,18 @@ def post_turn(
     transactions post it at once: the second waits for the first). A turn whose post was
     removed raises :class:`~outbox_slack.TurnAlreadyPosted`. ``subject_account_id`` is the
     account the turn addresses, if any: erasing it deletes the turn, its entries and its post.
+    A refused turn writes nothing: the steps run in a savepoint of ``conn``'s transaction.
     """
-    outbox = outbox if outbox is not None else default_outbox()
-    turn = _check(turn_id, workspace_id, entries, subject_account_id, max_attempts, expires_at)
-    sql = queries(outbox.schema)
-    if conn.execute(sql["insert_turn"], turn.insert_turn).fetchone() is None:
-        return _stored_before(
-            turn_id, conn.execute(sql["posted_turn"], turn.insert_turn).fetchone()
-        )
-    rows = conn.execute(sql["taken_entries"], turn.entries).fetchall()
-    if rows:
-        raise _taken(rows)
-    enqueued = outbox.enqueue(conn, turn.request)
-    conn.execute(sql["set_turn_action"], {"turn_id": turn_id, "action_id": enqueued.id})
-    conn.execute(sql["insert_entries"], turn.entries)
-    return enqueued
+    steps = post_turn_steps(
+        outbox if outbox is not None else default_outbox(),
+        turn_id,
+        entries,
+        workspace_id=workspace_id,
+        subject_account_id=subject_account_id,
+        max_attempts=max_attempts,
+        expires_at=expires_at,
+    )
+    return run(conn, atomic(steps))
 
 
 async def apost_turn(
@@ -161,18 +184,13 @@ async def apost_turn(
     outbox: Outbox | None = None,
 ) -> Enqueued:
     """The async twin of :func:`post_turn`."""
-    outbox = outbox if outbox is not None else default_outbox()
-    turn = _check(turn_id, workspace_id, entries, subject_account_id, max_attempts, expires_at)
-    sql = queries(outbox.schema)
-    cursor = await conn.execute(sql["insert_turn"], turn.insert_turn)
-    if await cursor.fetchone() is None:
-        cursor = await conn.execute(sql["posted_turn"], turn.insert_turn)
-        return _stored_before(turn_id, await cursor.fetchone())
-    cursor = await conn.execute(sql["taken_entries"], turn.entries)
-    rows = await cursor.fetchall()
-    if rows:
-        raise _taken(rows)
-    enqueued = await outbox.aenqueue(conn, turn.request)
-    await conn.execute(sql["set_turn_action"], {"turn_id": turn_id, "action_id": enqueued.id})
-    await conn.execute(sql["insert_entries"], turn.entries)
-    return enqueued
+    steps = post_turn_steps(
+        outbox if outbox is not None else default_outbox(),
+        turn_id,
+        entries,
+        workspace_id=workspace_id,
+        subject_account_id=subject_account_id,
+        max_attempts=max_attempts,
+        expires_at=expires_at,
+    )
+    return await arun(conn, atomic(steps))

@@ -71,6 +71,7 @@ UPDATE {schema}.slack_turn SET readback_cursor = NULL, readback_started_at = NUL
 -- name: redact_entry
 UPDATE {schema}.slack_entry SET text = NULL, redacted_at = now()
  WHERE entry_id = %(entry_id)s AND text IS NOT NULL
+RETURNING entry_id
 
 -- name: unredacted_left
 SELECT count(*) FROM {schema}.slack_entry WHERE turn_id = %(turn_id)s AND text IS NOT NULL
