@@ -19,9 +19,11 @@ from outbox_core import (
     ActionRequest,
     ActionVariants,
     AdapterResult,
+    Cancelled,
     Done,
     Failed,
     Retry,
+    StopReason,
 )
 from outbox_core.observability import action_event
 from outbox_core.testing.conformance import ConformanceTarget, Fault
@@ -192,6 +194,23 @@ class LoopbackOnceAdapter(LoopbackAdapter):
         return await self.write(attempt)
 
 
+class LoopbackReadOnlyAdapter(LoopbackAdapter):
+    """A sound read-back kind that only reads after an unknown write: what it does not find is
+    ABSENT, never written then (as SLACK_POST)."""
+
+    kind = "TEST_LOOPBACK_READ_ONLY"
+    writes_again_when_absent = False
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        if attempt.write_started:
+            if await self.held(attempt):
+                return Done(f"effect-{attempt.id}")
+            return Cancelled(StopReason.ABSENT)
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        return await self.write(attempt)
+
+
 class LoopbackDraftAdapter(LoopbackAdapter):
     """A sound kind that writes nothing outside: one model call, its answer kept under the
     lease in attempt.transaction(), no fence."""
@@ -251,6 +270,12 @@ class NeverReadsBack(LoopbackAdapter):
         if not await attempt.fence().begin_write():
             return Abandoned()
         return await self.write(attempt)
+
+
+class WritesAgainDespiteDeclaring(LoopbackAdapter):
+    """Declares that it only reads after an unknown write, and writes again all the same."""
+
+    writes_again_when_absent = False
 
 
 class UndeclaredStopReason(LoopbackAdapter):

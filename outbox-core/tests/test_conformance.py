@@ -49,6 +49,10 @@ class TestAtMostOnceKindConforms(LoopbackConformance):
     adapter = loopback.LoopbackOnceAdapter
 
 
+class TestReadBackKindThatOnlyReadsAfterAnUnknownWriteConforms(LoopbackConformance):
+    adapter = loopback.LoopbackReadOnlyAdapter
+
+
 class TestKindThatWritesNothingOutsideConforms(LoopbackConformance):
     adapter = loopback.LoopbackDraftAdapter
 
@@ -89,6 +93,11 @@ BROKEN: list[tuple[type[LoopbackAdapter], Check, str]] = [
         loopback.NeverReadsBack,
         checks.an_attempt_after_a_started_write_reads_back_first,
         "reads back first and never writes twice",
+    ),
+    (
+        loopback.WritesAgainDespiteDeclaring,
+        checks.an_attempt_after_a_started_write_reads_back_first,
+        "an attempt that starts with write_started only reads",
     ),
     (
         loopback.UndeclaredStopReason,

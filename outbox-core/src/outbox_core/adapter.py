@@ -61,6 +61,12 @@ class ActionAdapter(abc.ABC):
     adapter keeps under the lease): it needs no fence, a repeated attempt costs only the call,
     and there is nothing to read back. Such a kind is never ``at_most_once``; the conformance
     suite (:mod:`outbox_core.testing.conformance`) checks it by that profile."""
+    writes_again_when_absent: ClassVar[bool] = True
+    """For a read-back kind: True, an attempt that starts with ``write_started`` and finds no
+    earlier write writes; False, such an attempt only reads, and an effect it proves absent
+    ends the action ``CANCELLED`` with ``ABSENT``, never written then (``SLACK_POST``: the
+    specification's "an attempt after an unknown write only reads the history"). The
+    conformance suite checks the kind by it; the executor does not read it."""
     provider_timeout_seconds: float | None = None
     """How long one provider call of an attempt may take at most, in seconds: the adapter's own
     timeout, which must end the call before the fence margin (``fence_margin_seconds``, 60 s by

@@ -225,6 +225,18 @@ def _after_crash(run: Run, action_id: int, *, written: bool) -> None:
                 "(the suite) the next attempt starts with write_started",
                 f"{len(attempts)} attempts",
             )
+            if not written and not run.adapter.writes_again_when_absent:
+                rule = (
+                    "an attempt that starts with write_started only reads: finding nothing, it "
+                    "ends CANCELLED ABSENT and writes nothing"
+                )
+                writes = run.writes(action_id)
+                run.expect(
+                    state is CANCELLED and reason == StopReason.ABSENT and writes == 0,
+                    rule,
+                    f"it is {state} ({reason}) with {writes} write(s)",
+                )
+                return
             rule = (
                 "an attempt that starts with write_started reads back first and never writes twice"
                 if written

@@ -1,0 +1,592 @@
+"""``SlackPostAdapter``: the only adapter of ``SLACK_POST`` and the only code that talks to Slack.
+
+One attempt posts one complete message for one turn: its unredacted entries, read from the
+database, with ``chat.postMessage`` (``begin_write()`` just before it), carrying Slack message
+metadata ``{"event_type": "outbox_post", "event_payload": {"idempotency_key": ..., "turn_id":
+..., "entries": [{"id": ..., "kind": "question"}, ...]}}``. The result follows from what Slack
+provably holds:
+
+=================================================  ============================================
+what happened to the post                          result
+=================================================  ============================================
+``ok: true``                                       Done, ``readback_ref`` = ``<channel>:<ts>``
+connection refused, DNS, TLS handshake or connect  Retry (nothing was sent)
+timeout
+HTTP 429 (``Retry-After``), or ``ratelimited``     Defer for that long (the attempt does not
+                                                   count; without the header
+                                                   ``rate_limit_seconds``)
+``channel_not_found``, ``not_in_channel``,         Failed with its stop reason
+``is_archived``, ``msg_too_long``,                 (:data:`STOP_REASONS`), ``SLACK_REFUSED``
+``invalid_auth``, ... (any other ``ok: false``)    for an error outside the set
+``internal_error``, ``fatal_error``               Reread (Slack says some part may have
+                                                   succeeded)
+``service_unavailable``, ``request_timeout``,      Retry (Slack says it did not carry it out)
+``team_added_to_org``
+a timeout or a dropped connection after the        Reread
+request was sent, HTTP 5xx, an unreadable answer
+another HTTP 4xx without a Slack answer            Retry (refused before Slack took it; a wrong
+                                                   base URL)
+no token configured                                Failed ``NOT_CONFIGURED`` (nothing sent);
+                                                   after an unknown write Uncertain
+                                                   ``SLACK_HISTORY_UNREADABLE``
+every entry redacted before the post               Cancelled ``SLACK_REDACTED`` (nothing sent)
+=================================================  ============================================
+
+After an unknown write (``attempt.write_started``) the attempt only reads: it never posts.
+
+=================================================  ============================================
+what the read-back found                           result
+=================================================  ============================================
+a message whose metadata names this action's key   Done with that message's ``ts``
+history read completely, the read begun at least   Cancelled ``ABSENT`` (never posted again)
+``readback_window_seconds`` after the fence
+read completely, but sooner                        Reread after the rest of the window (Slack
+                                                   may show a new post late)
+more pages than ``readback_pages_per_attempt``     Reread, the cursor kept on the turn's row
+a page rate-limited (429), HTTP 5xx,               Reread (UNCERTAIN ``ATTEMPTS_EXHAUSTED`` at
+``internal_error``, a timeout or a drop            the last attempt), the cursor kept
+``missing_scope``, ``not_in_channel``,             Uncertain ``SLACK_HISTORY_UNREADABLE``
+``channel_not_found``, ``invalid_auth``,
+``invalid_cursor``, ``thread_not_found``, any
+other ``ok: false``; ``has_more`` without a cursor
+=================================================  ============================================
+
+The read covers ``oldest`` = the fence's time minus ``readback_clock_skew_seconds`` to
+``latest`` = the fence's time plus the fence margin (the post ended within it) plus the skew,
+with ``include_all_metadata=true``, ``conversations.history`` for a top-level post and
+``conversations.replies`` for a threaded one.
+
+slack_sdk's retry handlers never retry a post: its default handler resends a request after a
+dropped connection, which for ``chat.postMessage`` would be a second message. The post client
+has none; the read client keeps the default (a read sent twice is harmless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, cast
+
+from psycopg import AsyncConnection
+from pydantic import BaseModel, Field
+
+from outbox_core import (
+    Abandoned,
+    Action,
+    ActionAdapter,
+    ActionAttempt,
+    ActionVariants,
+    AdapterResult,
+    Cancelled,
+    ConfigurationError,
+    Defer,
+    Done,
+    Failed,
+    OutboxSettings,
+    Reread,
+    Retry,
+    StopReason,
+    Uncertain,
+)
+from outbox_core.observability import action_event, event
+
+from .domain import message_ref, on_ended, queries
+from .settings import SlackSettings, load_settings
+
+if TYPE_CHECKING:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+KIND: Final = "SLACK_POST"
+EVENT_TYPE: Final = "outbox_post"
+"""The ``event_type`` of the metadata on every post (Slack: a short alphanumeric name)."""
+
+SLACK_REFUSED: Final = "SLACK_REFUSED"
+SLACK_REDACTED: Final = "SLACK_REDACTED"
+SLACK_HISTORY_UNREADABLE: Final = "SLACK_HISTORY_UNREADABLE"
+
+ERROR_REASONS: Final[Mapping[str, str]] = {
+    "channel_not_found": "SLACK_CHANNEL_NOT_FOUND",
+    "not_in_channel": "SLACK_NOT_IN_CHANNEL",
+    "is_archived": "SLACK_IS_ARCHIVED",
+    "msg_too_long": "SLACK_MSG_TOO_LONG",
+    "no_text": "SLACK_NO_TEXT",
+    "invalid_auth": "SLACK_INVALID_AUTH",
+    "not_authed": "SLACK_NOT_AUTHED",
+    "account_inactive": "SLACK_ACCOUNT_INACTIVE",
+    "token_revoked": "SLACK_TOKEN_REVOKED",
+    "token_expired": "SLACK_TOKEN_EXPIRED",
+    "missing_scope": "SLACK_MISSING_SCOPE",
+    "not_allowed_token_type": "SLACK_MISSING_SCOPE",
+    "restricted_action": "SLACK_RESTRICTED_ACTION",
+    "restricted_action_read_only_channel": "SLACK_RESTRICTED_ACTION",
+    "restricted_action_thread_only_channel": "SLACK_RESTRICTED_ACTION",
+    "restricted_action_non_threadable_channel": "SLACK_RESTRICTED_ACTION",
+    "cannot_reply_to_message": "SLACK_CANNOT_REPLY",
+    "invalid_metadata_format": "SLACK_INVALID_METADATA",
+    "invalid_metadata_schema": "SLACK_INVALID_METADATA",
+    "metadata_too_large": "SLACK_INVALID_METADATA",
+    "metadata_must_be_sent_from_app": "SLACK_INVALID_METADATA",
+}
+"""Slack's permanent ``chat.postMessage`` errors and their stop reasons (a closed set: a stop
+reason is a metric label). Any other ``ok: false`` error ends ``SLACK_REFUSED``."""
+
+STOP_REASONS: Final = frozenset(ERROR_REASONS.values()) | {
+    SLACK_REFUSED,
+    SLACK_REDACTED,
+    SLACK_HISTORY_UNREADABLE,
+}
+
+MAYBE_WRITTEN: Final = frozenset({"internal_error", "fatal_error"})
+"""``ok: false`` errors after which the post may exist (Slack: "it's possible some aspect of
+the operation succeeded"): read back."""
+NOT_TAKEN: Final = frozenset({"service_unavailable", "request_timeout", "team_added_to_org"})
+"""``ok: false`` errors by which Slack says it did not carry the request out (unavailable, the
+request arrived truncated, the workspace is migrating): retry."""
+RATE_LIMITED: Final = frozenset({"ratelimited", "rate_limited"})
+
+
+class SlackPost(BaseModel):
+    """The payload of a ``SLACK_POST``: identifiers only (the adapter reads the entries)."""
+
+    turn_id: str = Field(min_length=1)
+    entry_ids: list[str] = Field(min_length=1)
+
+
+def idempotency_key(turn_id: str) -> str:
+    """The key of a turn's post: ``slack_post:<turn_id>``."""
+    return f"slack_post:{turn_id}"
+
+
+def lane_key(channel: str, thread_ts: str | None) -> str:
+    """One lane per channel (top-level posts) or per thread: ``slack:<channel>[:<thread_ts>]``."""
+    return f"slack:{channel}" if thread_ts is None else f"slack:{channel}:{thread_ts}"
+
+
+_libs: tuple[ModuleType, ModuleType, ModuleType] | None = None
+
+
+def _lib() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """(aiohttp, slack_sdk.web.async_client, slack_sdk.errors), imported when the adapter is
+    built, never when the plugin is loaded (``outbox migrate`` stays light)."""
+    global _libs
+    if _libs is None:
+        import aiohttp
+        import slack_sdk.errors
+        import slack_sdk.web.async_client
+
+        _libs = (aiohttp, slack_sdk.web.async_client, slack_sdk.errors)
+    return _libs
+
+
+@dataclass(frozen=True, slots=True)
+class _Content:
+    channel: str
+    thread_ts: str | None
+    cursor: str | None
+    started_at: datetime | None
+    now: datetime
+    entry_ids: list[str]
+    entry_kinds: list[str]
+    texts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What a Slack call came back with, when it came back at all."""
+
+    status: int
+    error: str | None
+    retry_after: float | None
+
+
+class _Clients:
+    """One aiohttp session and two Web API clients on it, in one event loop."""
+
+    def __init__(self, settings: SlackSettings, token: str) -> None:
+        aiohttp, async_client, _ = _lib()
+        self.loop = asyncio.get_running_loop()
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(
+                total=settings.request_timeout_seconds,
+                sock_connect=settings.connect_timeout_seconds,
+            ),
+            connector=aiohttp.TCPConnector(limit=settings.max_connections),
+        )
+        common: dict[str, Any] = {
+            "token": token,
+            "base_url": settings.base_url,
+            "session": self.session,
+            "timeout": int(settings.request_timeout_seconds),
+        }
+        # No retry handler on the post client: a post resent after a dropped connection is a
+        # second message (tests/test_post.py::test_a_post_is_never_resent_by_slack_sdk).
+        self.post: AsyncWebClient = async_client.AsyncWebClient(retry_handlers=[], **common)
+        self.read: AsyncWebClient = async_client.AsyncWebClient(**common)
+
+    async def aclose(self) -> None:
+        await self.session.close()
+
+
+class SlackPostAdapter(ActionAdapter):
+    """Posts the ``SLACK_POST`` actions: one message per turn, read back by its metadata.
+
+    Settings come from :class:`SlackSettings` (``OUTBOX_SLACK_*``) unless the class was bound
+    to its own (:meth:`bind`, what tests and ``outbox_slack.testing.serve_slack`` use)."""
+
+    kind = KIND
+    at_most_once = False
+    instance_level = False
+    retained = False
+    """The 30-day sweep leaves ended posts alone: they go when their entries are redacted."""
+    writes_again_when_absent = False
+    """After an unknown write an attempt only reads: a post it proves absent is ABSENT."""
+    default_max_attempts = 10
+    retry_base = timedelta(seconds=10)
+    retry_cap = timedelta(minutes=15)
+    stop_reasons = STOP_REASONS
+
+    configured: ClassVar[SlackSettings | None] = None
+
+    def __init__(
+        self,
+        settings: SlackSettings | None = None,
+        *,
+        schema: str = "outbox",
+        fence_margin_seconds: float = 60.0,
+    ) -> None:
+        self.settings = settings if settings is not None else SlackSettings()
+        if self.settings.request_timeout_seconds >= fence_margin_seconds:
+            raise ConfigurationError(
+                "OUTBOX_SLACK_REQUEST_TIMEOUT_SECONDS "
+                f"({self.settings.request_timeout_seconds}) must be below the fence margin "
+                f"({fence_margin_seconds} s): a post has to end within the lease that "
+                "begin_write() guarantees"
+            )
+        # No more posts at once than connections: the others would wait for one after their
+        # fence while their lease runs down.
+        self.max_concurrency = self.settings.max_connections
+        # The adapter's own bound on one provider call (the conformance suite reads it).
+        self.provider_timeout_seconds = self.settings.request_timeout_seconds
+        self.schema = schema
+        self.fence_margin = timedelta(seconds=fence_margin_seconds)
+        self._sql = queries(schema)
+        self._clients: _Clients | None = None
+
+    @classmethod
+    def bind(cls, *, settings: SlackSettings) -> type[SlackPostAdapter]:
+        """This adapter class bound to ``settings`` instead of the environment."""
+        return cast(
+            type[SlackPostAdapter],
+            type(
+                cls.__name__,
+                (cls,),
+                {
+                    "__module__": cls.__module__,
+                    "__qualname__": cls.__qualname__,
+                    "__doc__": cls.__doc__,
+                    "configured": settings,
+                },
+            ),
+        )
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(SlackPost)
+
+    @classmethod
+    def build(cls, settings: OutboxSettings) -> Self:
+        _lib()
+        adapter = cls(
+            cls.configured if cls.configured is not None else load_settings(),
+            schema=settings.schema_name,
+            fence_margin_seconds=settings.fence_margin_seconds,
+        )
+        if adapter.settings.token is None:
+            event(
+                "slack.not_configured",
+                level=logging.WARNING,
+                detail="OUTBOX_SLACK_TOKEN is not set: every SLACK_POST ends FAILED with "
+                "NOT_CONFIGURED",
+            )
+        return adapter
+
+    async def aclose(self) -> None:
+        if self._clients is not None and self._clients.loop is _running_loop():
+            await self._clients.aclose()
+        self._clients = None
+
+    def _client(self) -> _Clients:
+        loop = asyncio.get_running_loop()
+        if self._clients is None or self._clients.loop is not loop:
+            token = self.settings.token
+            assert token is not None
+            self._clients = _Clients(self.settings, token.get_secret_value())
+        return self._clients
+
+    async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
+        await on_ended(conn, self.schema, action)
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        body = cast(SlackPost, attempt.body)
+        if self.settings.token is None:
+            if attempt.write_started:
+                # An earlier attempt may have posted, and nothing can read it back now.
+                self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no token")
+                return Uncertain(SLACK_HISTORY_UNREADABLE)
+            return Failed(StopReason.NOT_CONFIGURED)
+        async with attempt.transaction() as conn:
+            content = await self._content(conn, body.turn_id)
+        if attempt.write_started:
+            return await self._read_back(attempt, body, content)
+        if content is None or not content.texts:
+            self._event("slack.post.nothing_to_post", attempt, logging.INFO)
+            return Cancelled(SLACK_REDACTED)
+        return await self._post(attempt, body, content)
+
+    async def _content(self, conn: AsyncConnection[Any], turn_id: str) -> _Content | None:
+        cursor = await conn.execute(self._sql["post_content"], {"turn_id": turn_id})
+        row = await cursor.fetchone()
+        return None if row is None else _Content(*row)
+
+    def _metadata(self, attempt: ActionAttempt, body: SlackPost, content: _Content) -> Any:
+        return {
+            "event_type": EVENT_TYPE,
+            "event_payload": {
+                "idempotency_key": attempt.idempotency_key,
+                "turn_id": body.turn_id,
+                "entries": [
+                    {"id": entry_id, "kind": kind}
+                    for entry_id, kind in zip(content.entry_ids, content.entry_kinds, strict=True)
+                ],
+            },
+        }
+
+    async def _post(
+        self, attempt: ActionAttempt, body: SlackPost, content: _Content
+    ) -> AdapterResult:
+        aiohttp, _, errors = _lib()
+        clients = self._client()
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        try:
+            response = await clients.post.chat_postMessage(
+                channel=content.channel,
+                text="\n\n".join(content.texts),
+                thread_ts=content.thread_ts,
+                metadata=self._metadata(attempt, body, content),
+            )
+        except errors.SlackApiError as exc:
+            return self._refused(attempt, _answer(exc))
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # The connection never stood (refused, DNS, TLS handshake): nothing was sent.
+            self._event("slack.post.retry", attempt, logging.WARNING, error=type(exc).__name__)
+            return Retry(why=f"{type(exc).__name__} before the post was sent")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # Sent, and then no answer: Slack may hold the post.
+            self._event("slack.post.unknown", attempt, logging.WARNING, error=type(exc).__name__)
+            return Reread(after=self._window_wait(timedelta(0)))
+        channel = str(response.get("channel") or content.channel)
+        ts = response.get("ts")
+        if not isinstance(ts, str) or not ts:
+            self._event("slack.post.unknown", attempt, logging.WARNING, error="no ts")
+            return Reread(after=self._window_wait(timedelta(0)))
+        self._event("slack.post.done", attempt, logging.DEBUG)
+        return Done(message_ref(channel, ts))
+
+    def _refused(self, attempt: ActionAttempt, answer: _Answer) -> AdapterResult:
+        """The post's answer was not ``ok: true``."""
+        fields = {"status": answer.status, "error": answer.error}
+        if answer.status == 429 or answer.error in RATE_LIMITED:
+            wait = answer.retry_after or self.settings.rate_limit_seconds
+            self._event("slack.post.rate_limited", attempt, logging.INFO, wait=wait, **fields)
+            return Defer(timedelta(seconds=wait))
+        if answer.status >= 500 or answer.error in MAYBE_WRITTEN:
+            self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
+            return Reread(after=self._window_wait(timedelta(0)))
+        if answer.error in NOT_TAKEN:
+            self._event("slack.post.retry", attempt, logging.WARNING, **fields)
+            return Retry(why=f"Slack answered {answer.error}")
+        if answer.error is not None:
+            reason = ERROR_REASONS.get(answer.error, SLACK_REFUSED)
+            self._event("slack.post.refused", attempt, logging.WARNING, reason=reason, **fields)
+            return Failed(reason)
+        if answer.status == 200:
+            # HTTP 200 without a Slack answer: it may have been taken.
+            self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
+            return Reread(after=self._window_wait(timedelta(0)))
+        self._event("slack.post.retry", attempt, logging.WARNING, **fields)
+        return Retry(
+            why=f"HTTP {answer.status} without a Slack answer (check OUTBOX_SLACK_BASE_URL)"
+        )
+
+    def _window_wait(self, elapsed: timedelta) -> timedelta:
+        """How long until a complete read of the history proves the post absent."""
+        left = timedelta(seconds=self.settings.readback_window_seconds) - elapsed
+        return max(left, timedelta(seconds=1))
+
+    # -- after an unknown write: read only -------------------------------------------------------
+
+    async def _read_back(
+        self, attempt: ActionAttempt, body: SlackPost, content: _Content | None
+    ) -> AdapterResult:
+        fenced_at = attempt.action.write_started_at
+        if content is None or fenced_at is None:
+            # The turn is gone (erased) or the fence's time unknown: nothing to read against.
+            self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no turn")
+            return Uncertain(SLACK_HISTORY_UNREADABLE)
+        aiohttp, _, errors = _lib()
+        clients = self._client()
+        skew = timedelta(seconds=self.settings.readback_clock_skew_seconds)
+        oldest = _slack_ts(fenced_at - skew)
+        latest = _slack_ts(fenced_at + self.fence_margin + skew)
+        cursor = content.cursor
+        started_at = (
+            content.started_at if cursor is not None and content.started_at else content.now
+        )
+        for _page in range(self.settings.readback_pages_per_attempt):
+            params: dict[str, Any] = {
+                "channel": content.channel,
+                "oldest": oldest,
+                "latest": latest,
+                "inclusive": True,
+                "limit": self.settings.readback_page_limit,
+                "include_all_metadata": True,
+            }
+            if cursor is not None:
+                params["cursor"] = cursor
+            try:
+                if content.thread_ts is None:
+                    page = await clients.read.conversations_history(**params)
+                else:
+                    page = await clients.read.conversations_replies(ts=content.thread_ts, **params)
+            except errors.SlackApiError as exc:
+                return await self._unread(attempt, body, _answer(exc), cursor, started_at)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failed = _Answer(0, type(exc).__name__, None)
+                return await self._unread(attempt, body, failed, cursor, started_at)
+            for message in page.get("messages") or []:
+                if self._is_ours(message, attempt.idempotency_key):
+                    self._event("slack.readback.found", attempt, logging.INFO)
+                    return Done(message_ref(content.channel, str(message["ts"])))
+            metadata = page.get("response_metadata") or {}
+            next_cursor = metadata.get("next_cursor") if isinstance(metadata, dict) else None
+            if not next_cursor:
+                if page.get("has_more"):
+                    self._event(
+                        "slack.readback.unreadable", attempt, logging.WARNING, error="no cursor"
+                    )
+                    return Uncertain(SLACK_HISTORY_UNREADABLE)
+                return await self._absent(attempt, body, started_at, fenced_at)
+            cursor = str(next_cursor)
+        await self._save(attempt, body, cursor, started_at)
+        return Reread(after=timedelta(seconds=self.settings.readback_page_wait_seconds))
+
+    @staticmethod
+    def _is_ours(message: Any, key: str) -> bool:
+        if not isinstance(message, dict) or not message.get("ts"):
+            return False
+        metadata = message.get("metadata")
+        if not isinstance(metadata, dict) or metadata.get("event_type") != EVENT_TYPE:
+            return False
+        payload = metadata.get("event_payload")
+        return isinstance(payload, dict) and payload.get("idempotency_key") == key
+
+    async def _absent(
+        self, attempt: ActionAttempt, body: SlackPost, started_at: datetime, fenced_at: datetime
+    ) -> AdapterResult:
+        """The history was read completely and the post is not in it."""
+        await self._save(attempt, body, None, None)
+        waited = started_at - fenced_at
+        if waited >= timedelta(seconds=self.settings.readback_window_seconds):
+            self._event("slack.readback.absent", attempt, logging.WARNING)
+            return Cancelled(StopReason.ABSENT)
+        # Slack may not show a new message at once: a post missing this soon may still appear.
+        self._event("slack.readback.too_soon", attempt, logging.INFO)
+        return Reread(after=self._window_wait(waited))
+
+    async def _unread(
+        self,
+        attempt: ActionAttempt,
+        body: SlackPost,
+        answer: _Answer,
+        cursor: str | None,
+        started_at: datetime,
+    ) -> AdapterResult:
+        """A history page did not come back."""
+        fields = {"status": answer.status, "error": answer.error}
+        transient = (
+            answer.status == 429
+            or answer.status >= 500
+            or answer.status == 0
+            or answer.error in RATE_LIMITED
+            or answer.error in MAYBE_WRITTEN
+            or answer.error in NOT_TAKEN
+        )
+        if not transient:
+            self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
+            return Uncertain(SLACK_HISTORY_UNREADABLE)
+        if attempt.is_last:
+            self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
+            return Uncertain(SLACK_HISTORY_UNREADABLE)
+        await self._save(attempt, body, cursor, started_at if cursor is not None else None)
+        rate_limited = answer.status == 429 or answer.error in RATE_LIMITED
+        wait = (
+            answer.retry_after or self.settings.rate_limit_seconds
+            if rate_limited
+            else self.settings.readback_page_wait_seconds
+        )
+        self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
+        return Reread(after=timedelta(seconds=max(wait, 0.0)))
+
+    async def _save(
+        self,
+        attempt: ActionAttempt,
+        body: SlackPost,
+        cursor: str | None,
+        started_at: datetime | None,
+    ) -> None:
+        """Keep the read's progress on the turn's row, under the attempt's lease."""
+        async with attempt.transaction() as conn:
+            await conn.execute(
+                self._sql["save_readback"],
+                {"turn_id": body.turn_id, "cursor": cursor, "started_at": started_at},
+            )
+
+    @staticmethod
+    def _event(name: str, attempt: ActionAttempt, level: int, **fields: Any) -> None:
+        action_event(name, attempt.id, attempt.kind, level=level, **fields)
+
+
+def _answer(exc: Any) -> _Answer:
+    """Status, Slack error and Retry-After of a ``SlackApiError``."""
+    response = getattr(exc, "response", None)
+    status = int(getattr(response, "status_code", 0) or 0)
+    data = getattr(response, "data", None)
+    error = data.get("error") if isinstance(data, dict) else None
+    headers = getattr(response, "headers", None) or {}
+    retry_after: float | None = None
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if raw is not None:
+        try:
+            retry_after = max(float(raw), 0.0)
+        except ValueError:
+            retry_after = None
+    return _Answer(status, str(error) if error is not None else None, retry_after)
+
+
+def _slack_ts(moment: datetime) -> str:
+    """A Slack timestamp (``1700000000.000100``) for a moment."""
+    return f"{moment.timestamp():.6f}"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
