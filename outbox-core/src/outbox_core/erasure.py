@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -13,6 +14,21 @@ from .observability import event
 
 if TYPE_CHECKING:
     from .outbox import Outbox
+
+
+# The Outbox of the erasure whose catalogs are running (see erasing_outbox).
+_erasing: ContextVar[Outbox | None] = ContextVar("outbox_erasing", default=None)
+
+
+def erasing_outbox() -> Outbox:
+    """For a :class:`PersonDataCatalog`: the Outbox (schema, kinds) of the erasure that is
+    calling it, so that it can cancel or enqueue actions in the erasure's transaction."""
+    outbox = _erasing.get()
+    if outbox is None:
+        from .outbox import default_outbox
+
+        return default_outbox()
+    return outbox
 
 
 # The states that hold a place in a lane (a PROPOSED action holds none).
@@ -91,7 +107,11 @@ async def erase_subject(
         wait_seconds=lock_wait_seconds,
     )
     erased: dict[str, int] = {}
-    for catalog in outbox.host.person_data:
-        erased[catalog.name] = await catalog.erase(conn, subject_account_id)
+    token = _erasing.set(outbox)
+    try:
+        for catalog in outbox.host.person_data:
+            erased[catalog.name] = await catalog.erase(conn, subject_account_id)
+    finally:
+        _erasing.reset(token)
     event("erasure.done", actions=len(deleted), catalogs=",".join(sorted(erased)))
     return ErasureReport(actions=len(deleted), catalogs=erased)
