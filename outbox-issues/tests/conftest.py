@@ -5,9 +5,12 @@ from typing import Any
 import pytest
 
 from outbox_core import ActionState
+from outbox_core.plugins import PluginHost, build_host
 from outbox_core.testing import OutboxTestDatabase
 from outbox_issues import Filing, get_filing, submit_report
 from outbox_issues.testing import GitHubTestServer, serve_issues
+
+from . import draft_plugin
 
 REPORTER = "acct-ada"
 TEXT = "The export button does nothing when the list is empty. I am Ada, ada@example.com."
@@ -16,6 +19,20 @@ TEXT = "The export button does nothing when the list is empty. I am Ada, ada@exa
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The plugin's first test runs first: `outbox plugins` lists outbox-issues and its kinds."""
     items.sort(key=lambda item: item.path.name != "test_plugin_listed.py")
+
+
+@pytest.fixture(scope="session")
+def outbox_plugin_host() -> PluginHost:
+    """The installed plugins plus a stand-in for outbox-draft (its hook answers only in the
+    tests that enable it)."""
+    return build_host(extra_plugins=[("issues-tests", draft_plugin)])
+
+
+@pytest.fixture(autouse=True)
+def no_draft() -> None:
+    draft_plugin.ENABLED = False
+    draft_plugin.LANE = None
+    draft_plugin.DraftAdapter.calls = []
 
 
 @pytest.fixture

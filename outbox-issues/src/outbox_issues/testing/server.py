@@ -146,6 +146,8 @@ class GitHubTestServer:
         self.comments: dict[int, StoredComment] = {}
         self.writes: list[Write] = []
         self.requests: list[tuple[str, str]] = []
+        self.queries: list[tuple[str, str, dict[str, str]]] = []
+        """Every request's method, path and query parameters."""
         self.faults: list[Fault] = []
         self.hiding = False
         self.held = threading.Event()
@@ -537,6 +539,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with server.lock:
             server.requests.append((method, parts.path))
+            server.queries.append((method, parts.path, query))
         if self.headers.get("authorization") != f"Bearer {server.token}":
             self._send(401, {"message": "Bad credentials", "documentation_url": DOCS})
             return
