@@ -669,7 +669,8 @@ class CleanupIssueAdapter(TrackerAdapter):
             issue = await self._locate(attempt, report_id, facts)
         except TrackerError as error:
             if isinstance(error, Refused) and error.status == 410:
-                return Done(None)  # deleted already: nothing left to scrub
+                # Deleted (by an earlier attempt whose answer was lost, or by a person).
+                return Done(facts.issue_url + DELETED if facts.issue_url else None)
             return self.failure(attempt, error)
         if isinstance(issue, Reread):
             return issue
