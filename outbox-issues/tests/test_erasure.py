@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from outbox_core import ActionState, StopReason
 from outbox_core.erasure import erase_subject
 from outbox_core.testing import OutboxTestDatabase
@@ -179,3 +181,59 @@ async def test_a_reread_file_issue_whose_report_was_erased_never_writes_it_again
     assert action(issues_db, "cleanup:r1") == DONE
     assert tracker_server.issues_in(PUBLIC) == []
     assert tracker_server.writes_for("file_issue:r1:1") == 0
+
+
+CLEANUP = {
+    "scrubbed": (lambda s: None, DONE, DONE, 1),
+    "accepted then dropped": (
+        lambda s: s.drop("update_issue", after_recording=True),
+        (ActionState.EXECUTING, None, 1),
+        (ActionState.DONE, StopReason.COMPLETED, 2),
+        1,
+    ),
+    "primary limit": (
+        lambda s: s.primary_limit("update_issue"),
+        (ActionState.ADMITTED, None, 0),
+        DONE,
+        1,
+    ),
+    "repository gone": (
+        lambda s: s.remove_repository(PUBLIC),
+        (ActionState.FAILED, "GITHUB_404", 1),
+        (ActionState.FAILED, "GITHUB_404", 1),
+        0,
+    ),
+    "comment deletion dropped": (
+        lambda s: s.drop("delete_comment", after_recording=True),
+        (ActionState.EXECUTING, None, 1),
+        (ActionState.DONE, StopReason.COMPLETED, 2),
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CLEANUP))
+async def test_each_answer_to_a_cleanup_ends_as_the_table_says_and_scrubs_once(
+    case: str, issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
+) -> None:
+    fault, first, final, scrubs = CLEANUP[case]
+    submit(issues_db)
+    await issues_db.adrain()
+    [issue] = tracker_server.issues_in(PUBLIC)
+    tracker_server.add_comment(PUBLIC, issue.number, f"{markers.quote_marker('r1')}\n> {TEXT}")
+    fault(tracker_server)
+
+    await erase(issues_db)
+    await issues_db.adrain()
+    assert action(issues_db, "cleanup:r1") == first
+    tracker_server.clear_faults()
+    await issues_db.adrain()
+
+    assert action(issues_db, "cleanup:r1") == final
+    assert tracker_server.writes_for("cleanup:r1") == scrubs
+    if final[0] is ActionState.DONE:
+        assert TEXT not in issue.body
+        assert tracker_server.comments_on(PUBLIC, issue.number) == []
+    else:
+        assert filing(issues_db).last_error is not None
+    nothing_of_the_reporter_left(issues_db)
