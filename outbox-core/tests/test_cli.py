@@ -266,7 +266,7 @@ def test_run_exposes_metrics_for_prometheus(db: OutboxTestDatabase, tmp_path: Pa
 def test_a_plugins_bad_setting_is_one_line_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pydantic import Field
+    from pydantic import Field, model_validator
     from pydantic_settings import SettingsConfigDict
 
     from outbox_core import ConfigurationError
@@ -277,10 +277,19 @@ def test_a_plugins_bad_setting_is_one_line_naming_the_variable(
         port: int = Field(default=1, ge=1)
         tags: list[str] = Field(default_factory=list)
 
+        @model_validator(mode="after")
+        def _not_two(self) -> Section:
+            if self.port == 2:
+                raise ValueError("the port must not be 2")
+            return self
+
     monkeypatch.setenv("OUTBOX_DEMO_PORT", "0")
     with pytest.raises(ConfigurationError, match="OUTBOX_DEMO_PORT: Input should be greater"):
         Section.load()
     monkeypatch.setenv("OUTBOX_DEMO_PORT", "2")
+    with pytest.raises(ConfigurationError, match="^OUTBOX_DEMO: the port must not be 2$"):
+        Section.load()
+    monkeypatch.setenv("OUTBOX_DEMO_PORT", "3")
     monkeypatch.setenv("OUTBOX_DEMO_TAGS", "a")
     with pytest.raises(ConfigurationError, match="OUTBOX_DEMO_TAGS: cannot be parsed"):
         Section.load()

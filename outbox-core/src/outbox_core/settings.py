@@ -78,8 +78,8 @@ class SectionSettings(BaseSettings):
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{prefix}{'_'.join(str(part) for part in error['loc']).upper() or 'SETTINGS'}: "
-                f"{error['msg']}"
+                f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}".rstrip("_")
+                + f": {error['msg'].removeprefix('Value error, ')}"
                 for error in exc.errors(include_input=False, include_url=False)
             )
             raise ConfigurationError(problems) from None
