@@ -198,3 +198,18 @@ def test_bad_settings_say_what_to_write(values: dict[str, str], match: str) -> N
 
     with pytest.raises(ValidationError, match=match):
         IssuesSettings(**values)
+
+
+def test_a_bad_setting_stops_the_adapters_build_with_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from outbox_core import ConfigurationError, OutboxSettings
+    from outbox_issues import FileIssueAdapter
+
+    monkeypatch.setenv("OUTBOX_ISSUES_REPOSITORY", "feedback")
+    with pytest.raises(ConfigurationError, match="^OUTBOX_ISSUES_REPOSITORY: use owner/name"):
+        FileIssueAdapter.build(OutboxSettings())
+    monkeypatch.setenv("OUTBOX_ISSUES_REPOSITORY", "acme/feedback")
+    monkeypatch.setenv("OUTBOX_ISSUES_REQUEST_TIMEOUT_SECONDS", "70")
+    with pytest.raises(ConfigurationError, match="must be below the fence margin"):
+        FileIssueAdapter.build(OutboxSettings())

@@ -268,7 +268,7 @@ class TrackerAdapter(ActionAdapter):
         schema: str = "outbox",
         fence_margin_seconds: float = 60.0,
     ) -> None:
-        self.settings = settings if settings is not None else IssuesSettings()
+        self.settings = settings if settings is not None else IssuesSettings.load()
         self.schema = schema
         self.queries = queries(schema)
         self.max_concurrency = self.settings.max_concurrency

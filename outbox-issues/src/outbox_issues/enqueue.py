@@ -112,7 +112,7 @@ def _settings(outbox: Outbox, kind: str) -> IssuesSettings:
     configured = (
         getattr(adapter, "configured", None) if issubclass(adapter, TrackerAdapter) else None
     )
-    return configured if isinstance(configured, IssuesSettings) else IssuesSettings()
+    return configured if isinstance(configured, IssuesSettings) else IssuesSettings.load()
 
 
 # -- submit ------------------------------------------------------------------------------------
