@@ -1,3 +1,14 @@
+"""Fixtures and helpers of outbox-issues' tests.
+
+The results tables (``TABLE`` in test_file_issue.py, ``PUBLISH`` and ``TRANSFER`` in
+test_publish_transfer.py, ``CLEANUP`` in test_erasure.py) are plain data, so the core's adapter
+conformance suite, once it lands, can be subclassed here and fed from them. The loopback
+tracker has the switches such a suite needs: fail before recording a write (``fail``,
+``drop``, ``stall``), record then drop (``drop(after_recording=True)``), stall after recording
+(``stall(after_recording=True)``), hold a write (``hold``/``release``), and count the writes
+per action marker (``writes_for``).
+"""
+
 from __future__ import annotations
 
 from typing import Any

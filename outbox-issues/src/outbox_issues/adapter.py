@@ -472,7 +472,12 @@ class FileIssueAdapter(TrackerAdapter):
                 reason = StopReason.ABSENT if attempt.write_started else REPORT_ERASED
                 return Cancelled(reason)
             await conn.execute(
-                self.queries["start_filing"], {"report": report_id, "repository": repository}
+                self.queries["start_filing"],
+                {
+                    "report": report_id,
+                    "repository": repository,
+                    "from": sources(FilingState.FILING),
+                },
             )
         content = compose(report_id, facts, payload.generation, self.settings.labels, ())
         if not await attempt.fence().begin_write():

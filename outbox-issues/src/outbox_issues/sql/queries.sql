@@ -48,9 +48,10 @@ SELECT f.state, f.generation, f.workspace_id, f.repository, f.issue_number, f.is
 -- name: start_filing
 -- FILE_ISSUE is about to write: the filing says so (an erasure from now on scrubs the
 -- issue), with the repository and the time the next listing starts from.
+-- Conditional on the state, so that no state the table forbids is ever asked for.
 UPDATE {schema}.issue_filing
-   SET state = 'FILING', repository = %(repository)s, last_write_at = now(),
-       stop_reason = NULL
+   SET state = CASE WHEN state = ANY(%(from)s::text[]) THEN 'FILING' ELSE state END,
+       repository = %(repository)s, last_write_at = now()
  WHERE report_id = %(report)s
 RETURNING last_write_at
 
