@@ -213,3 +213,15 @@ def test_a_bad_setting_stops_the_adapters_build_with_one_line_naming_it(
     monkeypatch.setenv("OUTBOX_ISSUES_REQUEST_TIMEOUT_SECONDS", "70")
     with pytest.raises(ConfigurationError, match="must be below the fence margin"):
         FileIssueAdapter.build(OutboxSettings())
+
+
+def test_a_transport_that_retries_on_its_own_is_refused_for_writes() -> None:
+    import httpx
+
+    from outbox_core import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="retries=0"):
+        GitHubTracker(
+            "https://api.github.com", TOKEN, transport=httpx.AsyncHTTPTransport(retries=2)
+        )
+    GitHubTracker("https://api.github.com", TOKEN, transport=httpx.AsyncHTTPTransport())

@@ -397,6 +397,9 @@ class TrackerAdapter(ActionAdapter):
             level,
             status=error.status,
             result=type(result).__name__,
+            # The tracker's own words (never a body we sent): "Bad credentials", "Resource not
+            # accessible by integration" (an App token at GET /user: set the App's slug).
+            error=str(error)[:300],
         )
         return result
 

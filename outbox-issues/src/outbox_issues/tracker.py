@@ -296,6 +296,13 @@ class GitHubTracker:
         }
         if secret is not None:
             headers["Authorization"] = f"Bearer {secret.get_secret_value()}"
+        if getattr(getattr(transport, "_pool", None), "_retries", 0):
+            from outbox_core import ConfigurationError
+
+            raise ConfigurationError(
+                "GitHubTracker: the transport retries requests on its own, which could send a "
+                "write twice; build it with retries=0"
+            )
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
@@ -629,14 +636,13 @@ class GitHubTracker:
                 str(e.get("message", "")) if isinstance(e, dict) else str(e) for e in listed
             )
             if "RATE_LIMITED" in types:
-                limited = rate_limit(response, messages) if response.status_code != 200 else None
                 reset = _number(response.headers.get("x-ratelimit-reset"))
                 wait = (
                     reset - _server_now(response) + 1.0
                     if reset is not None
                     else SECONDARY_LIMIT_MINIMUM
                 )
-                raise limited or RateLimited(
+                raise RateLimited(
                     f"GraphQL RATE_LIMITED: {messages}",
                     status=200,
                     wait_seconds=max(1.0, wait),
