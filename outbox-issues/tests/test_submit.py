@@ -266,3 +266,35 @@ def test_the_filing_state_table_is_enforced_when_an_application_writes_it_direct
     submit(issues_db)
     with pytest.raises(psycopg.errors.CheckViolation, match="NEW -> FILED"):
         issues_db.execute("UPDATE {schema}.issue_filing SET state = 'FILED'")
+
+
+async def test_the_drafting_states_move_as_outbox_draft_will_move_them(
+    issues_db: OutboxTestDatabase,
+) -> None:
+    from outbox_issues import domain
+
+    submit(issues_db)
+    conn = await issues_db.aconnect()
+    async with conn:
+        assert await domain.draft_claimed(conn, "outbox", "r1")
+        assert await domain.draft_deferred(conn, "outbox", "r1")
+        assert filing(issues_db).state is FilingState.NEW  # not committed yet
+        await conn.commit()
+        assert filing(issues_db).state is FilingState.DRAFT_WAITING
+        assert await domain.draft_claimed(conn, "outbox", "r1")
+        assert not await domain.keep_answer(conn, "outbox", "r1", 2, title="t", body="b")
+        assert await domain.keep_answer(conn, "outbox", "r1", 1, title="t", body="b")
+        assert await domain.draft_ended(conn, "outbox", "r1")
+        await conn.commit()
+    found = filing(issues_db)
+    assert (found.state, found.draft_generation, found.has_draft) == (
+        FilingState.ANSWERED,
+        1,
+        True,
+    )
+    # A filing that is STOPPED allows none of them: the helpers say so instead of raising.
+    issues_db.execute("UPDATE {schema}.issue_filing SET state = 'STOPPED'")
+    conn = await issues_db.aconnect()
+    async with conn:
+        assert not await domain.draft_claimed(conn, "outbox", "r1")
+        assert not await domain.draft_ended(conn, "outbox", "r1")
