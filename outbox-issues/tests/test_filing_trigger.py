@@ -91,3 +91,31 @@ def test_a_new_filing_is_new(outbox_db: OutboxTestDatabase, state: FilingState) 
 
 def test_the_python_rule_allows_every_same_state_update() -> None:
     assert all(allows(state, state) for state in FilingState)
+
+
+def test_the_readme_table_of_transitions_is_the_python_table() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    section = readme.split("## The filing's states", 1)[1].split("\n## ", 1)[0]
+    before_filed = {
+        FilingState.NEW,
+        FilingState.DRAFT_CLAIMED,
+        FilingState.DRAFT_WAITING,
+        FilingState.ANSWERED,
+        FilingState.FILING,
+    }
+    found: set[tuple[FilingState, FilingState]] = set()
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0] or cells[0] in ("from", "---"):
+            continue
+        olds = (
+            before_filed
+            if cells[0] == "every state before `FILED`"
+            else {FilingState(name) for name in re.findall(r"`(\w+)`", cells[0])}
+        )
+        news = {FilingState(name) for name in re.findall(r"`(\w+)`", cells[1])}
+        found |= {(old, new) for old in olds for new in news}
+    assert found == {(old, new) for old, targets in TRANSITIONS.items() for new in targets}

@@ -8,17 +8,7 @@ answer, which an erasure clears. The filing's states and their allowed transitio
 refuses every other change of state, and ``tests/test_filing_trigger.py`` tries every ordered
 pair against it.
 
-::
-
-    NEW ──────────────┬──────────────┬───────────────┐
-     │ draft claimed  │ draft ended  │ FILE_ISSUE    │
-     ▼                ▼              │ writes        │
-    DRAFT_CLAIMED ─► ANSWERED ───────┤               │
-     │  ▲  deferred     ▲            ▼               │
-     ▼  │               │          FILING ──► FILED ─┘ (re-draft: DRAFT_CLAIMED ... ANSWERED
-    DRAFT_WAITING ──────┘            │                 ... PUBLISH_REPORT DONE: FILED)
-                                     ▼
-    (FAILED, UNCERTAIN, CANCELLED) STOPPED
+The package README draws the diagram and says when each transition happens.
 
 The ``ended`` hooks move the filing: ``FILE_ISSUE`` DONE to FILED with the issue's number and
 URL; FAILED, UNCERTAIN or CANCELLED to STOPPED with the stop reason. ``outbox-draft`` moves it
