@@ -188,3 +188,55 @@ def test_after_make_private_a_publish_edits_the_issue_where_it_is_now(
     [issue] = tracker_server.issues_in(PRIVATE)
     assert "Now in private." in issue.body
     assert action(issues_db, "publish:r1:2") == DONE1
+
+
+def test_an_issue_someone_already_moved_to_the_private_repository_is_done_without_a_transfer(
+    issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
+) -> None:
+    filed(issues_db)
+    [issue] = tracker_server.issues_in(PUBLIC)
+    with tracker_server.lock:  # moved by a person in GitHub's UI
+        old = (issue.repository, issue.number)
+        del tracker_server.issues[old]
+        issue.repository, issue.number = PRIVATE, 1
+        tracker_server.issues[(PRIVATE, 1)] = issue
+        tracker_server.moved[old] = (PRIVATE, 1)
+    with issues_db.connect() as conn:
+        make_private(conn, "r1", outbox=issues_db.outbox)
+
+    issues_db.drain()
+
+    assert action(issues_db, "transfer:r1") == DONE1
+    assert tracker_server.writes_of("graphql:transferIssue") == 0
+    assert (filing(issues_db).repository, filing(issues_db).private) == (PRIVATE, True)
+
+
+def test_a_transfer_refused_as_already_there_is_read_again_and_done(
+    issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
+) -> None:
+    filed(issues_db)
+    tracker_server.graphql_error(
+        "graphql:transferIssue", "UNPROCESSABLE", "The issue is already in this repository."
+    )
+    # The refusal comes while the issue did move (a stale read before it): moved meanwhile.
+    [issue] = tracker_server.issues_in(PUBLIC)
+    with issues_db.connect() as conn:
+        make_private(conn, "r1", outbox=issues_db.outbox)
+    original = tracker_server.take_fault
+
+    def move_then_refuse(op: str):  # type: ignore[no-untyped-def]
+        fault = original(op)
+        if op == "graphql:transferIssue" and fault is not None:
+            with tracker_server.lock:
+                old = (issue.repository, issue.number)
+                del tracker_server.issues[old]
+                issue.repository, issue.number = PRIVATE, 1
+                tracker_server.issues[(PRIVATE, 1)] = issue
+                tracker_server.moved[old] = (PRIVATE, 1)
+        return fault
+
+    tracker_server.take_fault = move_then_refuse  # type: ignore[method-assign]
+    issues_db.drain()
+
+    assert action(issues_db, "transfer:r1") == DONE1
+    assert filing(issues_db).repository == PRIVATE

@@ -136,11 +136,19 @@ async def test_a_transferred_issues_rest_url_answers_301_and_is_not_followed(
         moved = await tracker.transfer_issue(issue.node_id, target.node_id)
         assert moved.repository == PRIVATE and moved.id == issue.node_id
         with pytest.raises(Refused) as redirected:
-            await tracker.get_issue(PUBLIC, issue.number)
+            await tracker.get_issue(PUBLIC, issue.number, follow_moved=False)
         assert redirected.value.status == 301
         assert redirected.value.location is not None and PRIVATE in redirected.value.location
         node = await tracker.issue_by_node(issue.node_id)
         assert node is not None and node.repository == PRIVATE
+        followed = await tracker.get_issue(PUBLIC, issue.number)  # a read follows it once
+        assert followed.node_id == issue.node_id and f"/{PRIVATE}/" in followed.html_url
+        with pytest.raises(Refused, match="301"):
+            await tracker.update_issue(PUBLIC, issue.number, title="x")  # a write never
+        followed = await tracker.get_issue(PUBLIC, issue.number)  # a read follows it once
+        assert followed.node_id == issue.node_id and f"/{PRIVATE}/" in followed.html_url
+        with pytest.raises(Refused, match="301"):
+            await tracker.update_issue(PUBLIC, issue.number, title="x")  # a write never
 
 
 async def test_graphql_errors_at_http_200_are_failures_by_type_never_data(

@@ -554,14 +554,15 @@ class PublishReportAdapter(TrackerAdapter):
             return self.failure(attempt, error)
         if markers.has_marker(issue.body, marker):
             return Done(issue.html_url)
+        repository, number = issue_location(issue.html_url)  # where it is now
         async with attempt.transaction() as conn:
             await conn.execute(self.queries["note_write"], {"report": report_id})
         if not await attempt.fence().begin_write():
             return Abandoned()
         try:
             issue = await tracker.update_issue(
-                facts.repository,
-                facts.issue_number,
+                repository,
+                number,
                 title=content.title,
                 body=content.body,
                 labels=content.labels,
@@ -617,12 +618,12 @@ class TransferIssueAdapter(TrackerAdapter):
                     await conn.execute(
                         self.queries["set_node_id"], {"report": report_id, "node_id": node_id}
                     )
-            if attempt.write_started:
-                node = await tracker.issue_by_node(node_id)
-                if node is None:
-                    return Failed(GRAPHQL_REASONS["NOT_FOUND"])
-                if node.repository == target:
-                    return Done(node.url)
+            # Read first, every attempt: an earlier attempt (or a person) may have moved it.
+            node = await tracker.issue_by_node(node_id)
+            if node is None:
+                return Failed(GRAPHQL_REASONS["NOT_FOUND"])
+            if node.repository == target:
+                return Done(node.url)
             repository = await tracker.repository(target)
         except TrackerError as error:
             return self.failure(attempt, error)
@@ -630,6 +631,16 @@ class TransferIssueAdapter(TrackerAdapter):
             return Abandoned()
         try:
             moved = await tracker.transfer_issue(node_id, repository.node_id)
+        except GraphQLRefused as error:
+            # A transfer that a stale read did not show yet is refused as already there: read
+            # once more before calling it a failure.
+            try:
+                node = await tracker.issue_by_node(node_id)
+            except TrackerError:
+                node = None
+            if node is not None and node.repository == target:
+                return Done(node.url)
+            return self.failure(attempt, error, wrote=True)
         except TrackerError as error:
             return self.failure(attempt, error, wrote=not isinstance(error, NotSent))
         self.event("issues.transferred", attempt, logging.INFO, number=moved.number)

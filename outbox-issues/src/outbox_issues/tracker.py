@@ -466,10 +466,18 @@ class GitHubTracker:
         )
         return self._parse(Issue, response)
 
-    async def get_issue(self, repository: str, number: int) -> Issue:
-        """One issue. A transferred issue answers 301 (:class:`Refused` with ``location``), a
-        deleted one 410."""
-        return self._parse(Issue, await self.request("GET", f"/repos/{repository}/issues/{number}"))
+    async def get_issue(self, repository: str, number: int, *, follow_moved: bool = True) -> Issue:
+        """One issue. A transferred issue's old URL answers 301: with ``follow_moved`` the
+        issue is read once at the ``Location`` it names (a read is safe to repeat; nothing
+        else follows a redirect), else :class:`Refused` with ``location``. A deleted issue
+        answers 410."""
+        try:
+            response = await self.request("GET", f"/repos/{repository}/issues/{number}")
+        except Refused as refused:
+            if not (follow_moved and refused.status == 301 and refused.location):
+                raise
+            response = await self.request("GET", refused.location)
+        return self._parse(Issue, response)
 
     async def update_issue(
         self,
