@@ -195,12 +195,7 @@ def test_an_issue_someone_already_moved_to_the_private_repository_is_done_withou
 ) -> None:
     filed(issues_db)
     [issue] = tracker_server.issues_in(PUBLIC)
-    with tracker_server.lock:  # moved by a person in GitHub's UI
-        old = (issue.repository, issue.number)
-        del tracker_server.issues[old]
-        issue.repository, issue.number = PRIVATE, 1
-        tracker_server.issues[(PRIVATE, 1)] = issue
-        tracker_server.moved[old] = (PRIVATE, 1)
+    tracker_server.move_issue(PUBLIC, issue.number, PRIVATE)  # by a person in GitHub's UI
     with issues_db.connect() as conn:
         make_private(conn, "r1", outbox=issues_db.outbox)
 
@@ -227,12 +222,7 @@ def test_a_transfer_refused_as_already_there_is_read_again_and_done(
     def move_then_refuse(op: str):  # type: ignore[no-untyped-def]
         fault = original(op)
         if op == "graphql:transferIssue" and fault is not None:
-            with tracker_server.lock:
-                old = (issue.repository, issue.number)
-                del tracker_server.issues[old]
-                issue.repository, issue.number = PRIVATE, 1
-                tracker_server.issues[(PRIVATE, 1)] = issue
-                tracker_server.moved[old] = (PRIVATE, 1)
+            tracker_server.move_issue(PUBLIC, issue.number, PRIVATE)
         return fault
 
     tracker_server.take_fault = move_then_refuse  # type: ignore[method-assign]
@@ -240,3 +230,19 @@ def test_a_transfer_refused_as_already_there_is_read_again_and_done(
 
     assert action(issues_db, "transfer:r1") == DONE1
     assert filing(issues_db).repository == PRIVATE
+
+
+def test_a_publish_of_an_issue_a_person_moved_edits_it_where_it_is_and_the_filing_follows(
+    issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
+) -> None:
+    filed(issues_db)
+    [issue] = tracker_server.issues_in(PUBLIC)
+    tracker_server.move_issue(PUBLIC, issue.number, PRIVATE)  # by a person in GitHub's UI
+    edit(issues_db, "Edited after the move.")
+
+    issues_db.drain()
+
+    assert action(issues_db, "publish:r1:2") == DONE1
+    assert "Edited after the move." in issue.body
+    found = filing(issues_db)
+    assert (found.repository, found.issue_number) == (PRIVATE, 1)

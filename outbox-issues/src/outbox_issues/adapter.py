@@ -585,6 +585,17 @@ class PublishReportAdapter(TrackerAdapter):
                 "from": sources(FilingState.FILED),
             },
         )
+        if done and action.readback_ref:
+            repository, number = issue_location(action.readback_ref)
+            await conn.execute(
+                self.queries["relocated"],
+                {
+                    "report": report_id,
+                    "repository": repository,
+                    "number": number,
+                    "url": action.readback_ref,
+                },
+            )
 
 
 class TransferIssueAdapter(TrackerAdapter):

@@ -150,3 +150,9 @@ SELECT report_id, workspace_id, state, generation, repository, issue_number, iss
        draft_generation, draft_title IS NOT NULL
   FROM {schema}.issue_filing
  WHERE report_id = %(report)s
+
+-- name: relocated
+-- A publish found the issue where a person moved it: the filing follows.
+UPDATE {schema}.issue_filing
+   SET repository = %(repository)s, issue_number = %(number)s, issue_url = %(url)s
+ WHERE report_id = %(report)s AND issue_url IS DISTINCT FROM %(url)s

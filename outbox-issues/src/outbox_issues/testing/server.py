@@ -373,6 +373,19 @@ class GitHubTestServer:
             issue.pull = True
             return issue.number
 
+    def move_issue(self, repository: str, number: int, target: str) -> StoredIssue:
+        """Transfer an issue as GitHub does (a person in the UI, or ``transferIssue``): a new
+        number in ``target``, the same node id, and the old URL answering 301."""
+        with self.lock:
+            issue = self.issues.pop((repository, number))
+            repo = self.repositories[target]
+            issue.repository, issue.number = target, repo.next_number
+            repo.next_number += 1
+            issue.updated_at = _now()
+            self.issues[(target, issue.number)] = issue
+            self.moved[(repository, number)] = (target, issue.number)
+            return issue
+
     def comments_on(self, repository: str, number: int) -> list[StoredComment]:
         with self.lock:
             return [
@@ -991,15 +1004,9 @@ class _Handler(BaseHTTPRequestHandler):
                 },
                 {},
             )
-        old = (issue.repository, issue.number)
-        del server.issues[old]
-        issue.repository = target.name
-        issue.number = target.next_number
-        target.next_number += 1
-        issue.updated_at = _now()
-        server.issues[(issue.repository, issue.number)] = issue
-        server.moved[old] = (issue.repository, issue.number)
-        server.record(op, f"{old[0]}#{old[1]}", None)
+        old = f"{issue.repository}#{issue.number}"
+        server.move_issue(issue.repository, issue.number, target.name)
+        server.record(op, old, None)
         return 200, {"data": {"transferIssue": {"issue": server.node_json(issue)}}}, {}
 
     def _gql_delete(self, variables: dict[str, Any], op: str) -> tuple[int, Any, dict[str, str]]:
