@@ -9,7 +9,7 @@ import pytest
 from outbox_core import ActionState, StopReason
 from outbox_core.testing import OutboxTestDatabase
 from outbox_issues import FilingState, edit_report, make_private, publish_report
-from outbox_issues.testing import PRIVATE, PUBLIC, GitHubTestServer
+from outbox_issues.testing import PRIVATE, PUBLIC, GitHubTestServer, StoredIssue
 
 from .conftest import action, filing, submit
 
@@ -23,6 +23,13 @@ def filed(db: OutboxTestDatabase) -> None:
     submit(db)
     db.drain()
     assert filing(db).state is FilingState.FILED
+
+
+def moved_by_hand(db: OutboxTestDatabase, server: GitHubTestServer) -> StoredIssue:
+    """The filed issue, moved to the private repository by a person in GitHub's UI."""
+    filed(db)
+    [issue] = server.issues_in(PUBLIC)
+    return server.move_issue(PUBLIC, issue.number, PRIVATE)
 
 
 def edit(db: OutboxTestDatabase, text: str = "It also fails for one row.") -> None:
@@ -193,9 +200,7 @@ def test_after_make_private_a_publish_edits_the_issue_where_it_is_now(
 def test_an_issue_someone_already_moved_to_the_private_repository_is_done_without_a_transfer(
     issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
 ) -> None:
-    filed(issues_db)
-    [issue] = tracker_server.issues_in(PUBLIC)
-    tracker_server.move_issue(PUBLIC, issue.number, PRIVATE)  # by a person in GitHub's UI
+    moved_by_hand(issues_db, tracker_server)
     with issues_db.connect() as conn:
         make_private(conn, "r1", outbox=issues_db.outbox)
 
@@ -235,9 +240,7 @@ def test_a_transfer_refused_as_already_there_is_read_again_and_done(
 def test_a_publish_of_an_issue_a_person_moved_edits_it_where_it_is_and_the_filing_follows(
     issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
 ) -> None:
-    filed(issues_db)
-    [issue] = tracker_server.issues_in(PUBLIC)
-    tracker_server.move_issue(PUBLIC, issue.number, PRIVATE)  # by a person in GitHub's UI
+    issue = moved_by_hand(issues_db, tracker_server)
     edit(issues_db, "Edited after the move.")
 
     issues_db.drain()

@@ -424,6 +424,16 @@ class TrackerAdapter(ActionAdapter):
             complete = complete and found.complete
         return None, complete
 
+    async def locate(
+        self, conn: AsyncConnection[Any], query: str, report_id: str, url: str
+    ) -> None:
+        """Keep where the issue is now (its URL, repository and number) on the filing."""
+        repository, number = issue_location(url)
+        await conn.execute(
+            self.queries[query],
+            {"report": report_id, "repository": repository, "number": number, "url": url},
+        )
+
     def event(self, name: str, attempt: ActionAttempt, level: int, **fields: Any) -> None:
         action_event(name, attempt.id, attempt.kind, level=level, **fields)
 
@@ -586,16 +596,7 @@ class PublishReportAdapter(TrackerAdapter):
             },
         )
         if done and action.readback_ref:
-            repository, number = issue_location(action.readback_ref)
-            await conn.execute(
-                self.queries["relocated"],
-                {
-                    "report": report_id,
-                    "repository": repository,
-                    "number": number,
-                    "url": action.readback_ref,
-                },
-            )
+            await self.locate(conn, "relocated", report_id, action.readback_ref)
 
 
 class TransferIssueAdapter(TrackerAdapter):
@@ -660,16 +661,7 @@ class TransferIssueAdapter(TrackerAdapter):
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
         report_id, _ = report_of(action.idempotency_key)
         if action.state is ActionState.DONE and action.readback_ref:
-            repository, number = issue_location(action.readback_ref)
-            await conn.execute(
-                self.queries["transferred"],
-                {
-                    "report": report_id,
-                    "repository": repository,
-                    "number": number,
-                    "url": action.readback_ref,
-                },
-            )
+            await self.locate(conn, "transferred", report_id, action.readback_ref)
             return
         await conn.execute(
             self.queries["failed_note"],
