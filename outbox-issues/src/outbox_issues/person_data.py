@@ -35,11 +35,15 @@ class IssuesPersonData:
         cursor = await conn.execute(named["reports_of_subject"], {"subject": subject_account_id})
         reports = [row[0] for row in await cursor.fetchall()]
         for report_id in reports:
-            cursor = await conn.execute(named["lock_filing"], {"report": report_id})
-            filing = await cursor.fetchone()
+            # Cancel first, then take the filing: a cancel waits for the report's lane, and an
+            # ending that holds the lane may be waiting for the filing (its ended hook).
             cursor = await conn.execute(named["lane_unstarted"], {"lane": lane(report_id)})
             for (action_id,) in await cursor.fetchall():
                 await outbox.cancel(conn, action_id, ERASED)
+            # Under the filing's lock, a FILE_ISSUE attempt has either said that it writes
+            # (FILING, last_write_at) or will find the report gone and write nothing.
+            cursor = await conn.execute(named["lock_filing"], {"report": report_id})
+            filing = await cursor.fetchone()
             cursor = await conn.execute(named["lane_written"], {"lane": lane(report_id)})
             row = await cursor.fetchone()
             written = bool(row and row[0])
