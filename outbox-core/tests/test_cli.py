@@ -261,3 +261,35 @@ def test_run_exposes_metrics_for_prometheus(db: OutboxTestDatabase, tmp_path: Pa
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+def test_a_plugins_bad_setting_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import Field, model_validator
+    from pydantic_settings import SettingsConfigDict
+
+    from outbox_core import ConfigurationError
+    from outbox_core.settings import SectionSettings
+
+    class Section(SectionSettings):
+        model_config = SettingsConfigDict(env_prefix="OUTBOX_DEMO_", extra="ignore")
+        port: int = Field(default=1, ge=1)
+        tags: list[str] = Field(default_factory=list)
+
+        @model_validator(mode="after")
+        def _not_two(self) -> Section:
+            if self.port == 2:
+                raise ValueError("the port must not be 2")
+            return self
+
+    monkeypatch.setenv("OUTBOX_DEMO_PORT", "0")
+    with pytest.raises(ConfigurationError, match="OUTBOX_DEMO_PORT: Input should be greater"):
+        Section.load()
+    monkeypatch.setenv("OUTBOX_DEMO_PORT", "2")
+    with pytest.raises(ConfigurationError, match="^OUTBOX_DEMO: the port must not be 2$"):
+        Section.load()
+    monkeypatch.setenv("OUTBOX_DEMO_PORT", "3")
+    monkeypatch.setenv("OUTBOX_DEMO_TAGS", "a")
+    with pytest.raises(ConfigurationError, match="OUTBOX_DEMO_TAGS: cannot be parsed"):
+        Section.load()

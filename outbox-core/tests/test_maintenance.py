@@ -451,3 +451,27 @@ async def test_two_run_nows_of_one_action_both_return(db: OutboxTestDatabase) ->
         release.set()
         action = await asyncio.wait_for(first, 30)
     assert action is not None and str(action.state) == "DONE"
+
+
+async def test_a_person_data_catalog_gets_the_erasures_outbox_from_erasing_outbox(
+    db: OutboxTestDatabase,
+) -> None:
+    from dataclasses import replace
+
+    from outbox_core.erasure import erasing_outbox
+
+    seen: list[Any] = []
+
+    class Catalog:
+        name = "seen"
+
+        async def erase(self, conn: Any, subject_account_id: str) -> int:
+            seen.append(erasing_outbox())
+            return 0
+
+    outbox = db.outbox
+    outbox._host = replace(outbox.host, person_data=[Catalog()])
+    conn = await db.aconnect()
+    async with conn:
+        await erase_subject(conn, "person-1", outbox=outbox)
+    assert seen == [outbox]

@@ -8,7 +8,7 @@ is internal and may change in any release.
 from .action import Action
 from .adapter import ActionAdapter
 from .attempt import ActionAttempt, LeaseLost, WriteFence
-from .erasure import ErasureReport, erase_subject
+from .erasure import ErasureReport, erase_subject, erasing_outbox
 from .errors import (
     AdapterContractError,
     ConfigurationError,
@@ -104,6 +104,7 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "erase_subject",
+    "erasing_outbox",
     "hookimpl",
     "hookspec",
     "load_plugins",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,17 @@ from .lane_locks import LockAgain, lanes_first
 from .observability import event
 from .outbox import Outbox, default_outbox
 from .states import LIVE_STATES
+
+# The Outbox of the erasure whose catalogs are running (see erasing_outbox).
+_erasing: ContextVar[Outbox | None] = ContextVar("outbox_erasing", default=None)
+
+
+def erasing_outbox() -> Outbox:
+    """For a :class:`PersonDataCatalog`: the Outbox (schema, kinds) of the erasure that is
+    calling it, so that it can cancel or enqueue actions in the erasure's transaction."""
+    outbox = _erasing.get()
+    return default_outbox() if outbox is None else outbox
+
 
 # The states that hold a place in a lane: every live one (a proposal holds its lane until it
 # is admitted or refused).
@@ -81,7 +93,11 @@ async def erase_subject(
         wait_seconds=lock_wait_seconds,
     )
     erased: dict[str, int] = {}
-    for catalog in outbox.host.person_data:
-        erased[catalog.name] = await catalog.erase(conn, subject_account_id)
+    token = _erasing.set(outbox)
+    try:
+        for catalog in outbox.host.person_data:
+            erased[catalog.name] = await catalog.erase(conn, subject_account_id)
+    finally:
+        _erasing.reset(token)
     event("erasure.done", actions=len(deleted), catalogs=",".join(sorted(erased)))
     return ErasureReport(actions=len(deleted), catalogs=erased)

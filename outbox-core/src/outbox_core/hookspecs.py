@@ -98,4 +98,5 @@ def outbox_register_person_data(
 ) -> None:
     """Register what your package erases when a person is erased: an object with
     ``name`` and ``async erase(conn, subject_account_id) -> int``, run in the erasure's
-    transaction after the subject's actions are deleted."""
+    transaction after the subject's actions are deleted. A catalog that cancels or enqueues
+    actions there gets the erasure's Outbox from ``outbox_core.erasure.erasing_outbox()``."""

@@ -8,9 +8,10 @@ file. Secrets are ``SecretStr`` and never printed.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import (
     AliasChoices,
@@ -77,6 +78,34 @@ class SectionSettings(BaseSettings):
     """
 
     toml_section: ClassVar[str] = "outbox"
+
+    @classmethod
+    def load(cls, **values: Any) -> Self:
+        """The settings from the environment and the file, or a
+        :class:`~outbox_core.ConfigurationError` naming each variable that is wrong and what
+        it should be (one line, for ``outbox run``; never the value, which may be a secret)."""
+        from pydantic import ValidationError
+        from pydantic_settings import SettingsError
+
+        from .errors import ConfigurationError
+
+        prefix = str(cls.model_config.get("env_prefix") or "")
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}".rstrip("_")
+                + f": {error['msg'].removeprefix('Value error, ')}"
+                for error in exc.errors(include_input=False, include_url=False)
+            )
+            raise ConfigurationError(problems) from None
+        except SettingsError as exc:
+            found = re.search(r'field "(\w+)"', str(exc))
+            name = f"{prefix}{found.group(1).upper()}" if found else prefix.rstrip("_")
+            raise ConfigurationError(
+                f"{name}: cannot be parsed; a list or a table is written as JSON, "
+                "e.g. '[\"feedback\"]'"
+            ) from None
 
     @classmethod
     def settings_customise_sources(

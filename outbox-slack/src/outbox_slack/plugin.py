@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from outbox_core import ActionAdapter, MigrationLine, hookimpl
-from outbox_core.person_data import PersonDataCatalog
+from outbox_core import PersonDataCatalog
 
 from .adapter import SlackPostAdapter
 from .domain import SlackPersonData

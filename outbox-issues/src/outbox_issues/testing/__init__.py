@@ -1,0 +1,55 @@
+"""Test the issue kinds against a real HTTP server on loopback that speaks GitHub's API.
+
+- :class:`GitHubTestServer`: issues, comments, review comments, GraphQL transfer and delete,
+  with GitHub's status codes, error bodies, rate-limit headers and ``Link`` pagination, and
+  faults on demand (rate limits, 5xx, accept-then-drop, stall, 422, a repository gone, new
+  issues hidden from listings). It counts writes, per action marker too.
+- :func:`serve_issues`: point the four kinds in an ``outbox_db`` test database at that server.
+- The pytest fixture ``tracker_server`` (loaded with the package's ``pytest11`` entry point).
+
+Only the standard library: ``pip install outbox-issues`` is enough.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..adapter import ADAPTERS, TrackerAdapter
+from .server import LOGIN, PRIVATE, PUBLIC, TOKEN, Fault, GitHubTestServer, StoredIssue, Write
+
+if TYPE_CHECKING:
+    from outbox_core.testing import OutboxTestDatabase
+
+__all__ = [
+    "LOGIN",
+    "PRIVATE",
+    "PUBLIC",
+    "TOKEN",
+    "Fault",
+    "GitHubTestServer",
+    "StoredIssue",
+    "Write",
+    "serve_issues",
+]
+
+
+def serve_issues(
+    db: OutboxTestDatabase, server: GitHubTestServer, **settings: Any
+) -> list[type[TrackerAdapter]]:
+    """Make ``FILE_ISSUE``, ``PUBLISH_REPORT``, ``CLEANUP_ISSUE`` and ``TRANSFER_ISSUE`` in this
+    test's database talk to ``server`` (``settings`` override the server's defaults, e.g.
+    ``listing_lag_seconds=0``). Returns the adapter classes now registered."""
+    bound_settings = server.settings(**settings)
+    bound = []
+    for adapter in ADAPTERS:
+        current = db.registry.get(adapter.kind) if adapter.kind in db.registry else None
+        cls = adapter.bind(bound_settings)
+        if current is not None:
+            db.registry.unregister(adapter.kind)
+        db.registry.register(
+            cls,
+            distribution=current.distribution if current is not None else "outbox-issues",
+            version=current.version if current is not None else "",
+        )
+        bound.append(cls)
+    return bound

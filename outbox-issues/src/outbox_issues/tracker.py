@@ -1,0 +1,705 @@
+"""``GitHubTracker``: an async client of the GitHub REST API v3 and the part of GraphQL that a
+transfer and a delete need, over ``httpx``. The one tracker client of outbox: the issue kinds
+use it, and so will ``outbox-feedback`` (issue and pull-request comments, review comments).
+
+- The base URL is configurable: ``https://api.github.com``, or ``https://<host>/api/v3`` for
+  GitHub Enterprise Server, whose GraphQL endpoint is ``https://<host>/api/graphql``.
+- Listings follow the ``Link: <...>; rel="next"`` header page by page; ``find_*`` look for a
+  marker in every page and say whether the listing was complete.
+- Responses are typed (pydantic models that ignore fields they do not name).
+- Failures are typed by what they prove (:class:`NotSent`, :class:`Unanswered`,
+  :class:`RateLimited`, :class:`Refused`, :class:`GraphQLRefused`), so an adapter maps them
+  to results in one place.
+- The client never retries a request on its own, and follows no redirect: a write that an
+  HTTP layer repeats could write twice, and a transferred issue's REST URL answers 301.
+
+httpx is imported when a client is made, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+if TYPE_CHECKING:
+    import httpx
+
+API_VERSION = "2022-11-28"
+USER_AGENT = "outbox-issues"
+SECONDARY_LIMIT_MINIMUM = 60.0
+_SECONDARY_WORDS = ("secondary rate limit", "abuse detection")
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+# -- responses -------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class User(_Model):
+    login: str
+    id: int | None = None
+    type: str | None = None
+
+
+class Label(_Model):
+    name: str
+
+
+class Issue(_Model):
+    """An issue as ``/repos/{owner}/{repo}/issues`` returns it."""
+
+    id: int
+    node_id: str
+    number: int
+    title: str
+    body: str | None = None
+    state: str
+    html_url: str
+    url: str | None = None
+    labels: list[Label] = []
+    user: User | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    pull_request: dict[str, Any] | None = None
+
+    @property
+    def label_names(self) -> list[str]:
+        return [label.name for label in self.labels]
+
+
+class Comment(_Model):
+    """An issue or pull-request conversation comment."""
+
+    id: int
+    node_id: str | None = None
+    body: str | None = None
+    html_url: str | None = None
+    user: User | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class ReviewComment(Comment):
+    """A pull-request review comment (on a line of the diff)."""
+
+    path: str | None = None
+    commit_id: str | None = None
+    line: int | None = None
+    side: str | None = None
+    pull_request_review_id: int | None = None
+
+
+class Repository(_Model):
+    name_with_owner: str
+    node_id: str
+
+
+class IssueNode(_Model):
+    """An issue as GraphQL returns it: its node id stays the same across a transfer."""
+
+    id: str
+    number: int
+    url: str
+    repository: str
+    """``owner/name`` of the repository that holds it now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found(Generic[T]):
+    """What a marker search found (``item`` None: not there), and whether the listing was
+    complete: every page was read. Absence proves nothing when it was not."""
+
+    item: T | None
+    complete: bool
+    pages: int
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+class TrackerError(Exception):
+    """A request to the tracker that did not succeed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotSent(TrackerError):
+    """The request never reached the tracker (connection refused, connect timeout, no pool
+    slot): it holds nothing from it."""
+
+
+class Unanswered(TrackerError):
+    """The request was sent and no usable answer came back (a timeout, a dropped connection,
+    a 5xx): it may have taken effect."""
+
+
+class RateLimited(TrackerError):
+    """A primary limit (``x-ratelimit-remaining: 0``, wait until ``x-ratelimit-reset``) or a
+    secondary one (its message says so; ``retry-after``, or at least a minute). Nothing was
+    written."""
+
+    def __init__(
+        self, message: str, *, status: int | None, wait_seconds: float, secondary: bool
+    ) -> None:
+        super().__init__(message, status=status)
+        self.wait_seconds = wait_seconds
+        self.secondary = secondary
+
+
+class Refused(TrackerError):
+    """A 4xx that is not a rate limit: the tracker refused the request (401, 403, 404, 410,
+    422 ...). ``errors`` holds a 422's validation errors."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        errors: Sequence[Any] = (),
+        documentation_url: str | None = None,
+        location: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.errors = list(errors)
+        self.documentation_url = documentation_url
+        self.location = location
+
+
+class GraphQLRefused(TrackerError):
+    """GraphQL answered (HTTP 200) with ``errors``; ``types`` holds their ``type`` fields
+    (``NOT_FOUND``, ``FORBIDDEN``, ...). ``RATE_LIMITED`` raises :class:`RateLimited`."""
+
+    def __init__(self, message: str, *, types: Sequence[str]) -> None:
+        super().__init__(message, status=200)
+        self.types = list(types)
+
+
+def _server_now(response: httpx.Response) -> float:
+    """The tracker's clock from its ``Date`` header (so a reset time is not read against
+    this host's clock), else this host's."""
+    date = response.headers.get("date")
+    if date:
+        try:
+            return email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            pass
+    return time.time()
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def rate_limit(response: httpx.Response, message: str) -> RateLimited | None:
+    """The rate limit a 403 or 429 reports, or None when it reports none.
+
+    Every REST answer carries ``x-ratelimit-*`` headers, so their presence proves nothing:
+    a primary limit says ``x-ratelimit-remaining: 0``; a secondary one says so in its message
+    (``You have exceeded a secondary rate limit``) or sends ``retry-after``."""
+    status = response.status_code
+    if status not in (403, 429):
+        return None
+    headers = response.headers
+    retry_after = _number(headers.get("retry-after"))
+    if headers.get("x-ratelimit-remaining") == "0":
+        reset = _number(headers.get("x-ratelimit-reset"))
+        wait = reset - _server_now(response) if reset is not None else SECONDARY_LIMIT_MINIMUM
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        return RateLimited(
+            f"primary rate limit ({headers.get('x-ratelimit-resource', 'core')}): {message}",
+            status=status,
+            wait_seconds=max(1.0, wait + 1.0),
+            secondary=False,
+        )
+    lowered = message.lower()
+    if retry_after is not None or any(words in lowered for words in _SECONDARY_WORDS):
+        wait = retry_after if retry_after is not None else SECONDARY_LIMIT_MINIMUM
+        return RateLimited(
+            f"secondary rate limit: {message}",
+            status=status,
+            wait_seconds=max(1.0, wait),
+            secondary=True,
+        )
+    if status == 429:
+        return RateLimited(
+            f"429 without limit headers: {message}",
+            status=status,
+            wait_seconds=SECONDARY_LIMIT_MINIMUM,
+            secondary=True,
+        )
+    return None
+
+
+# -- the client ------------------------------------------------------------------------------
+
+_REPOSITORY = (
+    "query($owner: String!, $name: String!) "
+    "{ repository(owner: $owner, name: $name) { id nameWithOwner } }"
+)
+_ISSUE_FIELDS = "id number url repository { nameWithOwner }"
+_NODE = f"query($id: ID!) {{ node(id: $id) {{ ... on Issue {{ {_ISSUE_FIELDS} }} }} }}"
+_TRANSFER = (
+    "mutation($issue: ID!, $repository: ID!) { transferIssue(input: {issueId: $issue, "
+    "repositoryId: $repository, createLabelsIfMissing: true}) "
+    f"{{ issue {{ {_ISSUE_FIELDS} }} }} }}"
+)
+_DELETE = "mutation($issue: ID!) { deleteIssue(input: {issueId: $issue}) { clientMutationId } }"
+
+
+class GitHubTracker:
+    """One tracker, one token. Use ``async with`` or call :meth:`aclose`.
+
+    ``transport`` replaces the network (tests); the client never retries and never follows
+    redirects, whatever transport it is given."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: SecretStr | str | None,
+        *,
+        graphql_url: str | None = None,
+        connect_timeout: float = 5.0,
+        timeout: float = 20.0,
+        max_connections: int = 8,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        import httpx
+
+        from .settings import graphql_url_for
+
+        self.api_url = api_url.rstrip("/")
+        self.graphql_url = graphql_url or graphql_url_for(self.api_url)
+        secret = token if isinstance(token, SecretStr) or token is None else SecretStr(token)
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": USER_AGENT,
+        }
+        if secret is not None:
+            headers["Authorization"] = f"Bearer {secret.get_secret_value()}"
+        if getattr(getattr(transport, "_pool", None), "_retries", 0):
+            from outbox_core import ConfigurationError
+
+            raise ConfigurationError(
+                "GitHubTracker: the transport retries requests on its own, which could send a "
+                "write twice; build it with retries=0"
+            )
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout, pool=connect_timeout),
+            follow_redirects=False,
+            # retries=0: httpcore would otherwise open a new connection and send the request
+            # again after a failed connect, which for a write is a second write.
+            transport=transport
+            if transport is not None
+            else httpx.AsyncHTTPTransport(retries=0, limits=limits),
+        )
+
+    async def __aenter__(self) -> GitHubTracker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- the wire ------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> httpx.Response:
+        """One request; a 2xx answer, or the failure it proves raised as a TrackerError."""
+        import httpx
+
+        target = url if url.startswith(("http://", "https://")) else f"{self.api_url}{url}"
+        try:
+            response = await self._http.request(method, target, json=json, params=params)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise NotSent(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise Unanswered(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        if response.is_success:
+            return response
+        raise self._failure(method, url, response)
+
+    def _failure(self, method: str, url: str, response: httpx.Response) -> TrackerError:
+        status = response.status_code
+        message, documentation = "", None
+        errors: Any = []
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            message = str(body.get("message", ""))
+            errors = body.get("errors") or []
+            documentation = body.get("documentation_url")
+        if not message:
+            message = response.reason_phrase or f"HTTP {status}"
+        what = f"{method} {url} answered {status}: {message}"
+        limited = rate_limit(response, message)
+        if limited is not None:
+            return limited
+        if status >= 500:
+            return Unanswered(what, status=status)
+        return Refused(
+            what,
+            status=status,
+            errors=errors if isinstance(errors, list) else [errors],
+            documentation_url=documentation,
+            location=response.headers.get("location"),
+        )
+
+    @staticmethod
+    def _parse(model: type[M], response: httpx.Response) -> M:
+        try:
+            return model.model_validate(response.json())
+        except (ValueError, ValidationError) as exc:
+            # A 2xx that is not what the API documents: the write may have happened.
+            raise Unanswered(
+                f"{response.request.method} {response.request.url.path}: a {response.status_code} "
+                f"whose body is not a {model.__name__} ({type(exc).__name__})",
+                status=response.status_code,
+            ) from exc
+
+    @staticmethod
+    def _entry(model: type[M], entry: Any, url: str) -> M:
+        try:
+            return model.model_validate(entry)
+        except ValidationError as exc:
+            raise Unanswered(f"GET {url}: an entry that is not a {model.__name__}") from exc
+
+    async def _walk(
+        self, url: str, params: Mapping[str, Any], max_pages: int
+    ) -> AsyncIterator[tuple[list[Any], bool]]:
+        """Each page of a listing and whether it is the last, following ``Link: <...>;
+        rel="next"``; stops after ``max_pages`` (the last one yielded then is not the last)."""
+        response = await self.request("GET", url, params=params)
+        for _ in range(max_pages):
+            page = response.json()
+            if not isinstance(page, list):
+                raise Unanswered(f"GET {url}: a listing that is not a JSON array")
+            following = response.links.get("next", {}).get("url")
+            yield page, not following
+            if not following:
+                return
+            response = await self.request("GET", following)
+
+    async def pages(
+        self, url: str, params: Mapping[str, Any], *, max_pages: int = 50
+    ) -> AsyncIterator[list[Any]]:
+        """Each page of a listing (at most ``max_pages``)."""
+        async for page, _ in self._walk(url, params, max_pages):
+            yield page
+
+    async def _find(
+        self,
+        model: type[M],
+        url: str,
+        params: Mapping[str, Any],
+        marker: str,
+        max_pages: int,
+    ) -> Found[M]:
+        pages = 0
+        async for page, last in self._walk(url, params, max_pages):
+            pages += 1
+            for entry in page:
+                item = self._entry(model, entry, url)
+                if marker in (getattr(item, "body", None) or ""):
+                    return Found(item, True, pages)
+            if last:
+                return Found(None, True, pages)
+        return Found(None, False, pages)
+
+    async def _list(
+        self, model: type[M], url: str, params: Mapping[str, Any], max_pages: int
+    ) -> list[M]:
+        found: list[M] = []
+        async for page in self.pages(url, params, max_pages=max_pages):
+            found.extend(self._entry(model, entry, url) for entry in page)
+        return found
+
+    # -- identity ------------------------------------------------------------------------------
+
+    async def viewer_login(self) -> str:
+        """The login the token writes as (``GET /user``). A GitHub App installation token is
+        refused there (403): configure the App's slug instead (``<slug>[bot]``)."""
+        return self._parse(User, await self.request("GET", "/user")).login
+
+    # -- issues --------------------------------------------------------------------------------
+
+    async def create_issue(
+        self, repository: str, *, title: str, body: str, labels: Sequence[str] = ()
+    ) -> Issue:
+        response = await self.request(
+            "POST",
+            f"/repos/{repository}/issues",
+            json={"title": title, "body": body, "labels": list(labels)},
+        )
+        return self._parse(Issue, response)
+
+    async def get_issue(self, repository: str, number: int, *, follow_moved: bool = True) -> Issue:
+        """One issue. A transferred issue's old URL answers 301: with ``follow_moved`` the
+        issue is read once at the ``Location`` it names (a read is safe to repeat; nothing
+        else follows a redirect), else :class:`Refused` with ``location``. A deleted issue
+        answers 410."""
+        try:
+            response = await self.request("GET", f"/repos/{repository}/issues/{number}")
+        except Refused as refused:
+            if not (follow_moved and refused.status == 301 and refused.location):
+                raise
+            response = await self.request("GET", refused.location)
+        return self._parse(Issue, response)
+
+    async def update_issue(
+        self,
+        repository: str,
+        number: int,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        labels: Sequence[str] | None = None,
+        state: Literal["open", "closed"] | None = None,
+    ) -> Issue:
+        changes: dict[str, Any] = {}
+        if title is not None:
+            changes["title"] = title
+        if body is not None:
+            changes["body"] = body
+        if labels is not None:
+            changes["labels"] = list(labels)
+        if state is not None:
+            changes["state"] = state
+        response = await self.request("PATCH", f"/repos/{repository}/issues/{number}", json=changes)
+        return self._parse(Issue, response)
+
+    @staticmethod
+    def _issue_params(creator: str | None, since: datetime | None, per_page: int) -> dict[str, Any]:
+        params: dict[str, Any] = {"state": "all", "per_page": per_page}
+        if creator is not None:
+            params["creator"] = creator
+        if since is not None:
+            params["since"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return params
+
+    async def list_issues(
+        self,
+        repository: str,
+        *,
+        creator: str | None = None,
+        since: datetime | None = None,
+        per_page: int = 100,
+        max_pages: int = 50,
+    ) -> list[Issue]:
+        """Every issue (``state=all``) created by ``creator`` and updated since ``since``,
+        every page. Pull requests are listed too, as GitHub does (``pull_request`` set)."""
+        params = self._issue_params(creator, since, per_page)
+        return await self._list(Issue, f"/repos/{repository}/issues", params, max_pages)
+
+    async def find_issue(
+        self,
+        repository: str,
+        marker: str,
+        *,
+        creator: str | None,
+        since: datetime | None,
+        per_page: int = 100,
+        max_pages: int = 50,
+    ) -> Found[Issue]:
+        """The issue whose body holds ``marker``, from the listing (never the search API: it
+        is eventually consistent). ``complete`` says whether every page was read."""
+        params = self._issue_params(creator, since, per_page)
+        return await self._find(Issue, f"/repos/{repository}/issues", params, marker, max_pages)
+
+    # -- issue and pull-request comments -------------------------------------------------------
+
+    async def create_comment(self, repository: str, number: int, body: str) -> Comment:
+        """A comment on an issue or a pull request's conversation."""
+        response = await self.request(
+            "POST", f"/repos/{repository}/issues/{number}/comments", json={"body": body}
+        )
+        return self._parse(Comment, response)
+
+    async def update_comment(self, repository: str, comment_id: int, body: str) -> Comment:
+        response = await self.request(
+            "PATCH", f"/repos/{repository}/issues/comments/{comment_id}", json={"body": body}
+        )
+        return self._parse(Comment, response)
+
+    async def delete_comment(self, repository: str, comment_id: int) -> None:
+        await self.request("DELETE", f"/repos/{repository}/issues/comments/{comment_id}")
+
+    async def list_comments(
+        self,
+        repository: str,
+        number: int,
+        *,
+        since: datetime | None = None,
+        per_page: int = 100,
+        max_pages: int = 50,
+    ) -> list[Comment]:
+        params: dict[str, Any] = {"per_page": per_page}
+        if since is not None:
+            params["since"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        url = f"/repos/{repository}/issues/{number}/comments"
+        return await self._list(Comment, url, params, max_pages)
+
+    async def find_comment(
+        self, repository: str, number: int, marker: str, *, per_page: int = 100, max_pages: int = 50
+    ) -> Found[Comment]:
+        url = f"/repos/{repository}/issues/{number}/comments"
+        return await self._find(Comment, url, {"per_page": per_page}, marker, max_pages)
+
+    # -- pull-request review comments ----------------------------------------------------------
+
+    async def create_review_comment(
+        self,
+        repository: str,
+        pull: int,
+        body: str,
+        *,
+        commit_id: str,
+        path: str,
+        line: int,
+        side: Literal["LEFT", "RIGHT"] = "RIGHT",
+    ) -> ReviewComment:
+        response = await self.request(
+            "POST",
+            f"/repos/{repository}/pulls/{pull}/comments",
+            json={"body": body, "commit_id": commit_id, "path": path, "line": line, "side": side},
+        )
+        return self._parse(ReviewComment, response)
+
+    async def update_review_comment(
+        self, repository: str, comment_id: int, body: str
+    ) -> ReviewComment:
+        response = await self.request(
+            "PATCH", f"/repos/{repository}/pulls/comments/{comment_id}", json={"body": body}
+        )
+        return self._parse(ReviewComment, response)
+
+    async def delete_review_comment(self, repository: str, comment_id: int) -> None:
+        await self.request("DELETE", f"/repos/{repository}/pulls/comments/{comment_id}")
+
+    async def list_review_comments(
+        self, repository: str, pull: int, *, per_page: int = 100, max_pages: int = 50
+    ) -> list[ReviewComment]:
+        url = f"/repos/{repository}/pulls/{pull}/comments"
+        return await self._list(ReviewComment, url, {"per_page": per_page}, max_pages)
+
+    async def find_review_comment(
+        self, repository: str, pull: int, marker: str, *, per_page: int = 100, max_pages: int = 50
+    ) -> Found[ReviewComment]:
+        url = f"/repos/{repository}/pulls/{pull}/comments"
+        return await self._find(ReviewComment, url, {"per_page": per_page}, marker, max_pages)
+
+    # -- GraphQL -------------------------------------------------------------------------------
+
+    async def graphql(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
+        """``data`` of one GraphQL request. GraphQL reports its failures as HTTP 200 with an
+        ``errors`` array: ``RATE_LIMITED`` raises :class:`RateLimited`, any other
+        :class:`GraphQLRefused` naming the types; never a success."""
+        response = await self.request(
+            "POST", self.graphql_url, json={"query": query, "variables": dict(variables)}
+        )
+        try:
+            answer = response.json()
+        except ValueError as exc:
+            raise Unanswered("GraphQL: a 200 whose body is not JSON") from exc
+        if not isinstance(answer, dict):
+            raise Unanswered("GraphQL: a 200 whose body is not an object")
+        errors = answer.get("errors")
+        if errors:
+            listed = errors if isinstance(errors, list) else [errors]
+            types = [str(e.get("type", "")) if isinstance(e, dict) else "" for e in listed]
+            messages = "; ".join(
+                str(e.get("message", "")) if isinstance(e, dict) else str(e) for e in listed
+            )
+            if "RATE_LIMITED" in types:
+                reset = _number(response.headers.get("x-ratelimit-reset"))
+                wait = (
+                    reset - _server_now(response) + 1.0
+                    if reset is not None
+                    else SECONDARY_LIMIT_MINIMUM
+                )
+                raise RateLimited(
+                    f"GraphQL RATE_LIMITED: {messages}",
+                    status=200,
+                    wait_seconds=max(1.0, wait),
+                    secondary=False,
+                )
+            raise GraphQLRefused(f"GraphQL errors ({', '.join(types)}): {messages}", types=types)
+        data = answer.get("data")
+        if not isinstance(data, dict):
+            raise Unanswered("GraphQL: an answer without data or errors")
+        return data
+
+    async def repository(self, repository: str) -> Repository:
+        owner, name = repository.split("/", 1)
+        data = await self.graphql(_REPOSITORY, {"owner": owner, "name": name})
+        found = data.get("repository")
+        if not isinstance(found, dict):
+            raise GraphQLRefused(f"no repository {repository}", types=["NOT_FOUND"])
+        return Repository(name_with_owner=found["nameWithOwner"], node_id=found["id"])
+
+    @staticmethod
+    def _node(found: Any) -> IssueNode:
+        return IssueNode(
+            id=found["id"],
+            number=found["number"],
+            url=found["url"],
+            repository=found["repository"]["nameWithOwner"],
+        )
+
+    async def issue_by_node(self, node_id: str) -> IssueNode | None:
+        """The issue with this node id wherever it is now; None when it does not exist (any
+        more). A transfer keeps the node id, so this reads a transfer back."""
+        try:
+            data = await self.graphql(_NODE, {"id": node_id})
+        except GraphQLRefused as exc:
+            if exc.types and all(kind == "NOT_FOUND" for kind in exc.types):
+                return None
+            raise
+        found = data.get("node")
+        if not isinstance(found, dict) or "number" not in found:
+            return None
+        return self._node(found)
+
+    async def transfer_issue(self, node_id: str, repository_node_id: str) -> IssueNode:
+        data = await self.graphql(_TRANSFER, {"issue": node_id, "repository": repository_node_id})
+        moved = (data.get("transferIssue") or {}).get("issue")
+        if not isinstance(moved, dict):
+            raise Unanswered("GraphQL transferIssue answered without the issue")
+        return self._node(moved)
+
+    async def delete_issue(self, node_id: str) -> None:
+        """Delete an issue for good (GraphQL ``deleteIssue``; admin rights on the repository)."""
+        await self.graphql(_DELETE, {"issue": node_id})
