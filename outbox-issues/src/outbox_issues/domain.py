@@ -215,7 +215,7 @@ async def run_async(conn: AsyncConnection[Any], outbox: Outbox, steps: Steps) ->
                 case Enqueue(request=request):
                     answer = await outbox.aenqueue(conn, request)
                 case Cancel(action_id=action_id, reason=reason):
-                    answer = await outbox.cancel(conn, action_id, reason)
+                    answer = await outbox.acancel(conn, action_id, reason)
     except StopIteration as stop:
         return stop.value
 

@@ -15,8 +15,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from outbox_core import ActionRequest, StopReason
-from outbox_core import erasing_outbox
+from outbox_core import ActionRequest, StopReason, erasing_outbox
 
 from .adapter import CLEANUP_ISSUE
 from .domain import FilingState, cleanup_key, lane, queries
@@ -39,7 +38,7 @@ class IssuesPersonData:
             # ending that holds the lane may be waiting for the filing (its ended hook).
             cursor = await conn.execute(named["lane_unstarted"], {"lane": lane(report_id)})
             for (action_id,) in await cursor.fetchall():
-                await outbox.cancel(conn, action_id, ERASED)
+                await outbox.acancel(conn, action_id, ERASED)
             # Under the filing's lock, a FILE_ISSUE attempt has either said that it writes
             # (FILING, last_write_at) or will find the report gone and write nothing.
             cursor = await conn.execute(named["lock_filing"], {"report": report_id})

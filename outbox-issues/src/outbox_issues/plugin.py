@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 import pluggy
 
-from outbox_core import ActionAdapter, MigrationLine, hookimpl
-from outbox_core import PersonDataCatalog
+from outbox_core import ActionAdapter, MigrationLine, PersonDataCatalog, hookimpl
 
 from . import hookspecs
 from .adapter import ADAPTERS

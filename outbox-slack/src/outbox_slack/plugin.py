@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from outbox_core import ActionAdapter, MigrationLine, hookimpl
-from outbox_core import PersonDataCatalog
+from outbox_core import ActionAdapter, MigrationLine, PersonDataCatalog, hookimpl
 
 from .adapter import SlackPostAdapter
 from .domain import SlackPersonData
