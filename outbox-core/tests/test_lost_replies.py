@@ -39,3 +39,23 @@ async def test_an_ending_committed_before_its_reply_was_lost_is_reported_once_as
     assert db.scalar("SELECT state FROM {schema}.agent_action WHERE id = %s", (x,)) == "DONE"
     assert events(caplog, "action.end.stale", x) == 0
     assert events(caplog, "action.ended.done", x) == 1
+
+
+async def test_the_next_head_a_lost_batch_claimed_is_run_not_left_to_its_lease(
+    db: OutboxTestDatabase,
+) -> None:
+    """The lost settle also claimed the lane's next head (a chained claim): it runs now, once,
+    instead of sitting EXECUTING until its lease ends and a reclaim spends another attempt."""
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "chain", "first"))
+        y = db.outbox.enqueue(
+            conn, ActionRequest("TEST_NOOP", "chain", "second", max_attempts=1)
+        ).id
+        conn.commit()
+    async with ReplyLosingProxy(db.url).running() as proxy:
+        proxy.lose_reply_to(b"settle_v1")
+        async with Executor(db.outbox, proxy.conninfo, settings=db.settings) as executor:
+            await executor.drain(timeout=30)
+    assert proxy.lost == 1
+    row = db.rows("SELECT state, attempt FROM {schema}.agent_action WHERE id = %s", (y,))
+    assert row == [("DONE", 1)]

@@ -27,6 +27,7 @@ from outbox_core.migrations import (
     statements,
 )
 from outbox_core.sqlfiles import core_queries
+from outbox_core.testing import OutboxTestDatabase
 from outbox_core.testing.database import fresh_database, with_database
 
 from .test_concurrency import wait_for
@@ -401,3 +402,53 @@ def test_a_no_transaction_file_with_a_dollar_quoted_body_is_refused(notx_line: P
     )
     with pytest.raises(MigrationError, match="cannot hold a dollar-quoted body"):
         NOTX.files()
+
+
+def test_migration_11_takes_its_locks_in_the_enqueues_order_and_deadlocks_with_none(
+    outbox_db: OutboxTestDatabase,
+) -> None:
+    """0011 locks lane rows (its backfill) and then needs the action table alone (DROP
+    TRIGGER); an enqueue holds the table and then wants a lane row. Taken in that order the two
+    deadlocked and PostgreSQL aborted the enqueue; the file now takes the table first."""
+    from outbox_core.sqlfiles import render
+
+    migration = next(m for m in core_line().files() if m.version == 11)
+    text = render(migration.text, outbox_db.schema)
+    first, rest = text.split("CREATE OR REPLACE FUNCTION", 1)
+    outbox_db.execute(
+        "INSERT INTO {schema}.action_kind (kind, at_most_once, instance_level, line) "
+        "VALUES ('TEST_LOCKS', false, true, 'test')"
+    )
+    insert = (
+        "INSERT INTO {schema}.agent_action (kind, at_most_once, instance_level, lane_key, "
+        "idempotency_key, payload, state, max_attempts) "
+        "VALUES ('TEST_LOCKS', false, true, 'L', %s, '{}', %s, 3)"
+    )
+    outbox_db.execute(insert, ("p1", "PROPOSED"))
+    errors: list[BaseException] = []
+    with outbox_db.connect() as migrator, outbox_db.connect() as producer:
+        migrator.execute(first)  # the backfill: lane L's row locked
+
+        def enqueue() -> None:
+            try:
+                producer.execute(
+                    insert.replace("{schema}", f'"{outbox_db.schema}"'), ("a1", "ADMITTED")
+                )
+                producer.execute(
+                    f'INSERT INTO "{outbox_db.schema}".action_lane AS l (lane_key, next_at, head_id) '
+                    "VALUES ('L', now(), 99) ON CONFLICT (lane_key) DO UPDATE "
+                    "SET next_at = LEAST(l.next_at, excluded.next_at)"
+                )
+                producer.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=enqueue)
+        thread.start()
+        thread.join(0.5)  # the producer now waits for a lock the migrator holds
+        migrator.execute("CREATE OR REPLACE FUNCTION" + rest)
+        migrator.commit()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    assert outbox_db.scalar("SELECT count(*) FROM {schema}.agent_action") == 2

@@ -42,16 +42,19 @@ _NOT_NOW = (
     "the database system is shutting down",
     "the database system is in recovery mode",
     "not yet accepting connections",
+    "too many clients already",  # 53300: a slot frees when another client leaves
 )
 
 
 def _may_come_back(exc: psycopg.OperationalError) -> bool:
     """A failure to connect that a restarting or failing-over server gives: no answer at all
     (SQLSTATE class 08: refused, reset, timed out) or 57P03 (starting up, shutting down,
-    recovering). A refused login or a missing database, which the server answers with another
-    FATAL error, will not mend by waiting."""
+    recovering, or full). A refused login or a missing database, which the server answers with
+    another FATAL error, will not mend by waiting. libpq passes no SQLSTATE for a failed
+    connection, so this reads the server's message: with messages in another language
+    (lc_messages), every FATAL error is taken to come back, and the wait runs its course."""
     if exc.sqlstate is not None:
-        return exc.sqlstate.startswith("08") or exc.sqlstate == "57P03"
+        return exc.sqlstate.startswith("08") or exc.sqlstate in ("57P03", "53300")
     message = str(exc)
     return "FATAL:" not in message or any(text in message for text in _NOT_NOW)
 

@@ -26,6 +26,8 @@ from .runtime import Runtime
 
 # The claim's ops that start an attempt; the others end the action (see _reap).
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
+# How many actions given back short of lease an executor remembers (see _give_back_short).
+_SHORT_GIVEN_KEPT = 10_000
 
 
 class Attempts:
@@ -255,6 +257,10 @@ class Attempts:
             ending = counted_ending
         else:
             self._short_given[claimed.id] = claimed.attempt
+            # Another replica may take the action next and this one never hear of it again:
+            # keep the newest entries only (at worst, one more uncounted give-back).
+            while len(self._short_given) > _SHORT_GIVEN_KEPT:
+                del self._short_given[next(iter(self._short_given))]
             ending = self._deferral(claimed, adapter, timedelta(0))
         self.endings.post(ending)
 

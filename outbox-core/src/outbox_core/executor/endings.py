@@ -131,7 +131,8 @@ class Endings:
 
     async def _recognised(self, endings: Sequence[Ending], answers: list[bool]) -> list[bool]:
         """After a lost reply, the endings that the written-again batch found already written
-        by the lost one: reported here, once, as written (not as stale)."""
+        by the lost one: reported here, once, as written (not as stale). The next heads that
+        the lost batch claimed on the way are started, as its answer would have started them."""
         unchanged = [e for e, answer in zip(endings, answers, strict=True) if not answer]
         if not unchanged:
             return answers
@@ -142,9 +143,25 @@ class Endings:
             "results": [e.result for e in unchanged],
             "stop_reasons": [e.stop_reason for e in unchanged],
         }
-        async with self.rt.connection() as conn:
-            cursor = await conn.execute(self.rt.queries["written_endings"], params)
-            written = dict(await cursor.fetchall())
+        try:
+            async with self.rt.connection() as conn:
+                cursor = await conn.execute(self.rt.queries["written_endings"], params)
+                written = dict(await cursor.fetchall())
+                chained: list[tuple[Any, ...]] = []
+                if written:
+                    lanes = sorted({e.lane_key for e in endings})
+                    cursor = await conn.execute(
+                        self.rt.queries["lost_chained_claims"],
+                        {"lanes": lanes, "ended": list(written)},
+                    )
+                    chained = await cursor.fetchall()
+        except psycopg.OperationalError as exc:
+            # The endings are written either way; only their report (and the chained heads,
+            # left to their lease) is lost.
+            event("executor.end.unrecognised", level=logging.WARNING, error=str(exc))
+            return answers
+        if chained:
+            self._chained(chained)
         for ending in unchanged:
             if ending.action_id in written:
                 self._report(written[ending.action_id], ending)

@@ -289,6 +289,19 @@ SELECT a.id, a.attempt
    AND a.last_result IS NOT DISTINCT FROM e.result
    AND a.stop_reason IS NOT DISTINCT FROM e.stop_reason
 
+-- name: lost_chained_claims
+-- After a lost reply, the next heads that the lost settle claimed on the way, in the shape of
+-- a claim's rows (claimed_action_v1), so that the executor runs them rather than leave them
+-- EXECUTING, with nobody running them, until their lease ends (and a reclaim counts another
+-- attempt). The lost transaction wrote them: their row version's xmin is the xmin of the
+-- endings it was recognised by.
+SELECT 'claim', a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
+       a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch,
+       a.expires_at, a.lease_until, a.write_started_at, a.created_at
+  FROM {schema}.agent_action a
+ WHERE a.lane_key = ANY(%(lanes)s) AND a.state = 'EXECUTING' AND NOT (a.id = ANY(%(ended)s))
+   AND a.xmin IN (SELECT e.xmin FROM {schema}.agent_action e WHERE e.id = ANY(%(ended)s))
+
 -- name: lower_lanes_wait
 -- As lower_lanes, but waits for the lanes' locks (erasure and operator cancels: rare, and
 -- they must not leave a lane waiting on a head that is gone).

@@ -23,10 +23,17 @@
 --     The function and the WHEN fast path say the same (tests/test_lifecycle_trigger.py
 --     compares them on a grid of updates).
 
+-- The file takes the action table's lock first, in the order every enqueue, claim and
+-- settle takes its locks (the action table, then lane rows): the backfill below locks lane
+-- rows and the DROP TRIGGER further down needs the table alone, and taken in the other order
+-- the two deadlocked with an enqueue that held the table and waited for a lane row (and
+-- PostgreSQL chose the enqueue to abort). Enqueues wait for the few statements of this file.
+LOCK TABLE {schema}.agent_action IN ACCESS EXCLUSIVE MODE;
+
 -- The proposals enqueued before this version have no lane row of their own, or one whose
 -- head_id is above them (enqueue kept head_id at the lowest admitted id): give their lanes a
 -- row whose head_id is at or below them, with a look now. The claim that looks then finds the
--- head and sets what it knows. First in the file: the statements below take the table's lock.
+-- head and sets what it knows.
 INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
 SELECT a.lane_key, now(), min(a.id), NULL
   FROM {schema}.agent_action a
