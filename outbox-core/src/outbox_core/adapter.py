@@ -177,6 +177,12 @@ def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
     return problems
 
 
+def has_own(adapter: type[ActionAdapter], hook: str) -> bool:
+    """Whether the adapter class has its own ``ended`` or ``rescheduled`` (the base ones do
+    nothing, and the executor skips the transaction they would need)."""
+    return getattr(adapter, hook) is not getattr(ActionAdapter, hook)
+
+
 def check_built(adapter: type[ActionAdapter], built: object) -> ActionAdapter:
     """The instance ``build()`` returned, checked: an instance of the kind's adapter class, with
     a ``max_concurrency`` the executor can use (None, or a whole number of at least 1)."""

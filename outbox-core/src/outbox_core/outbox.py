@@ -21,7 +21,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
 
 from .action import Action
-from .adapter import ActionAdapter
+from .adapter import has_own
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
 from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
@@ -348,7 +348,7 @@ class Outbox:
         """Whether the kind's adapter has an ``ended`` of its own (the base one does nothing)."""
         if kind not in self.registry:
             return False
-        return self.registry.get(kind).adapter.ended is not ActionAdapter.ended
+        return has_own(self.registry.get(kind).adapter, "ended")
 
     def cancel(
         self,

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from ..action import Action
-from ..adapter import ActionAdapter
+from ..adapter import has_own
 from ..observability import action_event, event
 from ..registry import KindFilter
 from ..results import Defer, Retry
@@ -251,10 +251,7 @@ class Endings:
         hooked = self._hooked.get(kind)
         if hooked is None:
             adapter = type(self.rt.adapter(kind))
-            hooked = (
-                adapter.ended is not ActionAdapter.ended
-                or adapter.rescheduled is not ActionAdapter.rescheduled
-            )
+            hooked = has_own(adapter, "ended") or has_own(adapter, "rescheduled")
             self._hooked[kind] = hooked
         return hooked
 
@@ -266,10 +263,10 @@ class Endings:
             ending = by_id[action.id]
             try:
                 if action.state.ended:
-                    if type(adapter).ended is not ActionAdapter.ended:
+                    if has_own(type(adapter), "ended"):
                         await adapter.ended(conn, action)
                 elif ending.result in ("Retry", "Defer") and (
-                    type(adapter).rescheduled is not ActionAdapter.rescheduled
+                    has_own(type(adapter), "rescheduled")
                 ):
                     hint: Retry | Defer = (
                         Defer(ending.delay or timedelta(0), ending.event)

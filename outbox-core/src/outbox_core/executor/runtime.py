@@ -37,7 +37,8 @@ class Runtime:
         self.settings = settings
         registry = outbox.registry
         self.served: list[str] = sorted(set(kinds)) if kinds is not None else registry.kinds
-        """The kinds this executor serves; ``kinds`` less those stopped when it opened."""
+        """The kinds this executor serves (all registered kinds unless named), also those
+        stopped when it opened."""
         self.kinds = list(self.served)
         """The kinds this executor runs: those it serves less those stopped when it opened."""
         self.entries: dict[str, RegisteredKind] = {kind: registry.get(kind) for kind in self.kinds}
