@@ -102,7 +102,7 @@ async def test_invalid_email_settings_in_the_environment_stop_only_email_and_sho
         await executor.drain()
         [stopped] = executor.stopped
     assert stopped.kind == "EMAIL"
-    assert "port" in stopped.error and "99999" not in stopped.error
+    assert "OUTBOX_EMAIL_PORT" in stopped.error and "99999" not in stopped.error
     assert "hunter2" not in stopped.error
     assert outbox_db.scalar("SELECT state FROM {schema}.agent_action") == "DONE"
 

@@ -6,7 +6,7 @@ is internal and may change in any release.
 """
 
 from .action import Action
-from .adapter import ActionAdapter
+from .adapter import ActionAdapter, ConfiguredAdapter, PerLoop
 from .attempt import ActionAttempt, LeaseLost, WriteFence
 from .erasure import ErasureReport, erase_subject, erasing_outbox
 from .errors import (
@@ -25,6 +25,7 @@ from .errors import (
 from .executor import Executor
 from .executor.collector import tune_collector
 from .hookspecs import RegistrationContext, hookimpl, hookspec
+from .http_headers import provider_clock, retry_after
 from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
 from .observability import action_event
@@ -63,6 +64,7 @@ __all__ = [
     "AdapterResult",
     "Cancelled",
     "ConfigurationError",
+    "ConfiguredAdapter",
     "Defer",
     "Done",
     "EgressViolation",
@@ -80,6 +82,7 @@ __all__ = [
     "Outbox",
     "OutboxError",
     "OutboxSettings",
+    "PerLoop",
     "PersonDataCatalog",
     "PluginHost",
     "PluginLoadError",
@@ -109,5 +112,7 @@ __all__ = [
     "hookspec",
     "load_plugins",
     "migrate",
+    "provider_clock",
+    "retry_after",
     "tune_collector",
 ]

@@ -8,15 +8,17 @@ the outbox packages outside ``outbox_core.executor``.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextvars
 import functools
 import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
-from .errors import AdapterContractError, EgressViolation, RegistrationError
+from .errors import AdapterContractError, ConfigurationError, EgressViolation, RegistrationError
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -24,8 +26,11 @@ if TYPE_CHECKING:
     from .action import Action
     from .attempt import ActionAttempt
     from .results import AdapterResult, Defer, Retry
-    from .settings import OutboxSettings
+    from .settings import OutboxSettings, SectionSettings
     from .variants import ActionVariants
+
+S = TypeVar("S", bound="SectionSettings")
+T = TypeVar("T")
 
 KIND_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,62}$")
 
@@ -121,6 +126,128 @@ class ActionAdapter(abc.ABC):
             and not getattr(own, "_outbox_guarded", False)
         ):
             setattr(cls, "execute", _guard(own))  # noqa: B010 (mypy: a method replaced on purpose)
+
+
+class ConfiguredAdapter(ActionAdapter, Generic[S]):
+    """Base of an adapter with a settings section of its own (``OUTBOX_EMAIL_*``,
+    ``[outbox.email]``): ``class EmailAdapter(ConfiguredAdapter[EmailSettings])``.
+
+    The type argument is the package's :class:`~outbox_core.SectionSettings`. An instance's
+    ``settings`` are those given, else those the class was bound to (:meth:`bind`: what a
+    test or a loopback helper registers), else the environment and the TOML file, read when
+    the adapter is built (``load()``: a :class:`~outbox_core.ConfigurationError` naming each
+    wrong variable, never its value). ``provider_timeout_settings`` names the fields whose sum
+    bounds one provider call: the instance declares it as ``provider_timeout_seconds``, and
+    refuses to be made when it is not below the fence margin, naming the variables.
+    """
+
+    settings_class: ClassVar[type[SectionSettings]]
+    """The settings section (set from the type argument)."""
+    configured: ClassVar[SectionSettings | None] = None
+    """Settings that the adapter uses instead of the environment (set by :meth:`bind`)."""
+    provider_timeout_settings: ClassVar[tuple[str, ...]] = ()
+    """The settings fields whose values, added up, bound one provider call after the fence
+    (``("send_timeout_seconds",)``; a connect and a request timeout for an HTTP call)."""
+
+    settings: S
+
+    def __init__(
+        self,
+        settings: S | None = None,
+        *,
+        schema: str = "outbox",
+        fence_margin_seconds: float = 60.0,
+    ) -> None:
+        self.settings = settings if settings is not None else type(self).section_settings()
+        self.schema = schema
+        fields = self.provider_timeout_settings
+        if fields:
+            timeout = sum((float(getattr(self.settings, field)) for field in fields), 0.0)
+            if timeout >= fence_margin_seconds:
+                names = " + ".join(self.settings.variable(field) for field in fields)
+                raise ConfigurationError(
+                    f"{names} ({timeout}) must be below the fence margin ({fence_margin_seconds} "
+                    "s): the provider call has to end within the lease that begin_write() "
+                    "guarantees"
+                )
+            self.provider_timeout_seconds = timeout
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            if typing.get_origin(base) is ConfiguredAdapter:
+                (argument,) = typing.get_args(base)
+                if isinstance(argument, type):
+                    cls.settings_class = argument
+
+    @classmethod
+    def section_settings(cls) -> S:
+        """The settings this class was bound to, else the section's from the environment and
+        the file (a :class:`~outbox_core.ConfigurationError` naming each wrong variable)."""
+        configured = cls.configured
+        return cast(S, configured if configured is not None else cls.settings_class.load())
+
+    @classmethod
+    def bind(cls, *, settings: S | None = None, **values: Any) -> type[Self]:
+        """This class again, under the same name, module and docstring, bound to ``settings``
+        instead of the environment, and to the other class values the package binds (``notices``
+        for ``EMAIL``): what a plugin registers, and what a test registers for one test."""
+        if settings is not None and not isinstance(settings, cls.settings_class):
+            raise TypeError(
+                f"{cls.__qualname__}.bind(settings=...) takes {cls.settings_class.__qualname__}, "
+                f"not {type(settings).__qualname__}"
+            )
+        unknown = sorted(name for name in values if not hasattr(cls, name))
+        if unknown:
+            raise TypeError(f"{cls.__qualname__} has no class value {', '.join(unknown)} to bind")
+        attributes = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+            "configured": settings,
+            **values,
+        }
+        return cast(type[Self], type(cls.__name__, (cls,), attributes))
+
+    @classmethod
+    def build(cls, settings: OutboxSettings) -> Self:
+        """An instance with the class's settings (see above), the core's schema and fence margin.
+        Override to import the provider's SDK first, then call ``super().build(settings)``."""
+        return cls(schema=settings.schema_name, fence_margin_seconds=settings.fence_margin_seconds)
+
+
+class PerLoop(Generic[T]):
+    """What an adapter keeps between attempts in one event loop: pooled provider connections,
+    an HTTP client. They belong to the loop that opened them, so a running loop that is not
+    theirs (a test's next loop, an executor opened again) gets new ones from ``make``.
+
+    ``adapter.aclose()`` calls :meth:`aclose`: it closes them with ``close`` in their own loop,
+    and forgets those of a loop that is not running (they cannot be closed from another)."""
+
+    def __init__(self, make: Callable[[], T], close: Callable[[T], Awaitable[None]]) -> None:
+        self._make = make
+        self._close = close
+        self._value: T | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> T:
+        """The running loop's value, made on first use."""
+        loop = asyncio.get_running_loop()
+        if self._value is None or self._loop is not loop:
+            self._value, self._loop = self._make(), loop
+        return self._value
+
+    async def aclose(self) -> None:
+        if self._value is not None and self._loop is _running_loop():
+            await self._close(self._value)
+        self._value = self._loop = None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _guard(

@@ -89,23 +89,29 @@ class SectionSettings(BaseSettings):
 
         from .errors import ConfigurationError
 
-        prefix = str(cls.model_config.get("env_prefix") or "")
         try:
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{prefix}{'_'.join(str(part) for part in error['loc']).upper()}".rstrip("_")
-                + f": {error['msg'].removeprefix('Value error, ')}"
+                f"{cls.variable(*error['loc'])}: {error['msg'].removeprefix('Value error, ')}"
                 for error in exc.errors(include_input=False, include_url=False)
             )
             raise ConfigurationError(problems) from None
         except SettingsError as exc:
             found = re.search(r'field "(\w+)"', str(exc))
-            name = f"{prefix}{found.group(1).upper()}" if found else prefix.rstrip("_")
+            name = cls.variable(found.group(1) if found else "")
             raise ConfigurationError(
                 f"{name}: cannot be parsed; a list or a table is written as JSON, "
                 "e.g. '[\"feedback\"]'"
             ) from None
+
+    @classmethod
+    def variable(cls, *field: object) -> str:
+        """The environment variable of a field (``OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS``), of a
+        nested field's path, or with no field the section's prefix (``OUTBOX_EMAIL``): what an
+        error names, so that the operator knows what to set."""
+        prefix = str(cls.model_config.get("env_prefix") or "")
+        return f"{prefix}{'_'.join(str(part) for part in field).upper()}".rstrip("_")
 
     @classmethod
     def settings_customise_sources(

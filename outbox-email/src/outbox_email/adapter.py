@@ -37,20 +37,20 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pydantic import BaseModel, model_validator
 
 from outbox_core import (
     Abandoned,
-    ActionAdapter,
     ActionAttempt,
     ActionVariants,
     AdapterResult,
-    ConfigurationError,
+    ConfiguredAdapter,
     Done,
     Failed,
     OutboxSettings,
+    PerLoop,
     Retry,
     StopReason,
     Uncertain,
@@ -236,7 +236,7 @@ class _Connections:
         return smtp
 
 
-class EmailAdapter(ActionAdapter):
+class EmailAdapter(ConfiguredAdapter[EmailSettings]):
     """Sends the ``EMAIL`` actions: one email notice each, over SMTP, at most once.
 
     The plugin registers a class bound to the notices that the plugins registered
@@ -256,56 +256,44 @@ class EmailAdapter(ActionAdapter):
         | {refused_reason(code) for code in REFUSED_CODES}
     )
 
+    # The SMTP transaction after the fence is bounded by the send timeout.
+    provider_timeout_settings = ("send_timeout_seconds",)
+
     notices: ClassVar[NoticeRegistry | None] = None
     """The notices this class decodes (set by :meth:`bind`)."""
-    configured: ClassVar[EmailSettings | None] = None
-    """Settings that :meth:`build` uses instead of the environment (set by :meth:`bind`)."""
 
     def __init__(
         self,
         settings: EmailSettings | None = None,
         *,
         notices: NoticeRegistry | None = None,
+        schema: str = "outbox",
         fence_margin_seconds: float = 60.0,
     ) -> None:
-        self.settings = settings if settings is not None else EmailSettings()
+        super().__init__(settings, schema=schema, fence_margin_seconds=fence_margin_seconds)
         # No more attempts at once than connections: the others would wait for one before
         # their fence while their lease runs down, and be abandoned.
         self.max_concurrency = self.settings.max_connections
-        # The SMTP transaction after the fence is bounded by the send timeout (checked below).
-        self.provider_timeout_seconds = self.settings.send_timeout_seconds
-        if self.settings.send_timeout_seconds >= fence_margin_seconds:
-            raise ConfigurationError(
-                f"OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS ({self.settings.send_timeout_seconds}) must "
-                f"be below the fence margin ({fence_margin_seconds} s): the SMTP transaction "
-                "has to end within the lease that begin_write() guarantees"
-            )
         found = notices if notices is not None else type(self).notices
         self._notices = found if found is not None else NoticeRegistry()
-        self._connections: _Connections | None = None
+        self._connections = PerLoop(
+            lambda: _Connections(self.settings, self.settings.local_hostname),
+            _Connections.aclose,
+        )
 
     # -- declaration ---------------------------------------------------------------------------
 
     @classmethod
     def bind(
-        cls, notices: NoticeRegistry, *, settings: EmailSettings | None = None
-    ) -> type[EmailAdapter]:
+        cls,
+        notices: NoticeRegistry | None = None,
+        *,
+        settings: EmailSettings | None = None,
+        **values: Any,
+    ) -> type[Self]:
         """This adapter class bound to ``notices`` (and to ``settings`` instead of the
         environment): what the plugin registers, and what tests register for one test."""
-        return cast(
-            type[EmailAdapter],
-            type(
-                cls.__name__,
-                (cls,),
-                {
-                    "__module__": cls.__module__,
-                    "__qualname__": cls.__qualname__,
-                    "__doc__": cls.__doc__,
-                    "notices": notices,
-                    "configured": settings,
-                },
-            ),
-        )
+        return super().bind(settings=settings, notices=notices, **values)
 
     @classmethod
     def variants(cls) -> ActionVariants:
@@ -317,19 +305,11 @@ class EmailAdapter(ActionAdapter):
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:
         _lib()
-        return cls(cls.configured, fence_margin_seconds=settings.fence_margin_seconds)
+        return super().build(settings)
 
     async def aclose(self) -> None:
         """Close the pooled connections (QUIT). The executor's shutdown should call it."""
-        if self._connections is not None and self._connections.loop is _running_loop():
-            await self._connections.aclose()
-        self._connections = None
-
-    def _pool(self) -> _Connections:
-        loop = asyncio.get_running_loop()
-        if self._connections is None or self._connections.loop is not loop:
-            self._connections = _Connections(self.settings, self.settings.local_hostname)
-        return self._connections
+        await self._connections.aclose()
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -393,7 +373,7 @@ class EmailAdapter(ActionAdapter):
         reference = message_id(attempt.idempotency_key, domain)
         content = data_transfer(render(mail, sender=sender, message_id=reference))
 
-        pool = self._pool()
+        pool = self._connections.get()
         try:
             connection = await pool.acquire()
         except Exception as exc:
@@ -564,10 +544,3 @@ class EmailAdapter(ActionAdapter):
     @staticmethod
     def _event(name: str, attempt: ActionAttempt, level: int, **fields: Any) -> None:
         action_event(name, attempt.id, attempt.kind, level=level, **fields)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

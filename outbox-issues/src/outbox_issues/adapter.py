@@ -45,7 +45,6 @@ file a second issue.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,17 +57,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from outbox_core import (
     Abandoned,
     Action,
-    ActionAdapter,
     ActionAttempt,
     ActionState,
     ActionVariants,
     AdapterResult,
     Cancelled,
-    ConfigurationError,
+    ConfiguredAdapter,
     Defer,
     Done,
     Failed,
     OutboxSettings,
+    PerLoop,
     Reread,
     Retry,
     StopReason,
@@ -247,7 +246,7 @@ def _load_httpx() -> None:
         _httpx_loaded = True
 
 
-class TrackerAdapter(ActionAdapter):
+class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
     """What the four issue kinds share: settings, one tracker client per event loop, the
     writer's login, the reads and writes of the filing under the attempt's lease."""
 
@@ -258,8 +257,8 @@ class TrackerAdapter(ActionAdapter):
     retry_base = timedelta(seconds=15)
     retry_cap = timedelta(minutes=30)
     stop_reasons = STOP_REASONS
-    configured: ClassVar[IssuesSettings | None] = None
-    """Settings that :meth:`build` uses instead of the environment (set by :meth:`bind`)."""
+    # One request: its connect, then its read and write.
+    provider_timeout_settings = ("connect_timeout_seconds", "request_timeout_seconds")
 
     def __init__(
         self,
@@ -268,69 +267,42 @@ class TrackerAdapter(ActionAdapter):
         schema: str = "outbox",
         fence_margin_seconds: float = 60.0,
     ) -> None:
-        self.settings = settings if settings is not None else IssuesSettings.load()
-        self.schema = schema
+        super().__init__(settings, schema=schema, fence_margin_seconds=fence_margin_seconds)
         self.queries = queries(schema)
         self.max_concurrency = self.settings.max_concurrency
-        budget = self.settings.connect_timeout_seconds + self.settings.request_timeout_seconds
-        if budget >= fence_margin_seconds:
-            raise ConfigurationError(
-                "OUTBOX_ISSUES_CONNECT_TIMEOUT_SECONDS + OUTBOX_ISSUES_REQUEST_TIMEOUT_SECONDS "
-                f"({budget:g} s) must be below the fence margin ({fence_margin_seconds:g} s): "
-                "the write has to end within the lease that begin_write() guarantees"
-            )
-        self._client: GitHubTracker | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client = PerLoop(self._open_tracker, _close_tracker)
         self._writer: str | None = self.settings.configured_writer
 
     @classmethod
-    def bind(cls, settings: IssuesSettings) -> type[Self]:
-        """This adapter class bound to ``settings`` instead of the environment."""
-        return cast(
-            type[Self],
-            type(
-                cls.__name__,
-                (cls,),
-                {
-                    "__module__": cls.__module__,
-                    "__qualname__": cls.__qualname__,
-                    "__doc__": cls.__doc__,
-                    "configured": settings,
-                },
-            ),
-        )
+    def bind(cls, settings: IssuesSettings | None = None, **values: Any) -> type[Self]:
+        """This adapter class bound to ``settings`` instead of the environment (given by
+        position or by name)."""
+        return super().bind(settings=settings, **values)
 
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:
         _load_httpx()
-        return cls(
-            cls.configured,
-            schema=settings.schema_name,
-            fence_margin_seconds=settings.fence_margin_seconds,
-        )
+        return super().build(settings)
 
     def tracker(self) -> GitHubTracker:
         """The client of the running event loop (made on first use)."""
+        return self._client.get()
+
+    def _open_tracker(self) -> GitHubTracker:
         from .tracker import GitHubTracker
 
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            settings = self.settings
-            self._client = GitHubTracker(
-                settings.api_url,
-                settings.token,
-                graphql_url=settings.effective_graphql_url,
-                connect_timeout=settings.connect_timeout_seconds,
-                timeout=settings.request_timeout_seconds,
-                max_connections=settings.max_concurrency,
-            )
-            self._loop = loop
-        return self._client
+        settings = self.settings
+        return GitHubTracker(
+            settings.api_url,
+            settings.token,
+            graphql_url=settings.effective_graphql_url,
+            connect_timeout=settings.connect_timeout_seconds,
+            timeout=settings.request_timeout_seconds,
+            max_connections=settings.max_concurrency,
+        )
 
     async def aclose(self) -> None:
-        if self._client is not None and self._loop is _running_loop():
-            await self._client.aclose()
-        self._client = None
+        await self._client.aclose()
 
     # -- shared steps --------------------------------------------------------------------------
 
@@ -807,8 +779,5 @@ def bind_all(settings: IssuesSettings) -> list[type[TrackerAdapter]]:
     return [adapter.bind(settings) for adapter in ADAPTERS]
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+async def _close_tracker(tracker: GitHubTracker) -> None:
+    await tracker.aclose()

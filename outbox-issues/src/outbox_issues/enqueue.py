@@ -109,10 +109,9 @@ def _locked(row: tuple[Any, ...] | None, report_id: str) -> tuple[FilingState, i
 
 def _settings(outbox: Outbox, kind: str) -> IssuesSettings:
     adapter = outbox.registry.get(kind).adapter
-    configured = (
-        getattr(adapter, "configured", None) if issubclass(adapter, TrackerAdapter) else None
-    )
-    return configured if isinstance(configured, IssuesSettings) else IssuesSettings.load()
+    if issubclass(adapter, TrackerAdapter):
+        return adapter.section_settings()
+    return IssuesSettings.load()
 
 
 # -- submit ------------------------------------------------------------------------------------

@@ -18,14 +18,14 @@ httpx is imported when a client is made, not when this module is imported.
 
 from __future__ import annotations
 
-import email.utils
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+from outbox_core import provider_clock, retry_after
 
 if TYPE_CHECKING:
     import httpx
@@ -187,25 +187,14 @@ class GraphQLRefused(TrackerError):
         self.types = list(types)
 
 
-def _server_now(response: httpx.Response) -> float:
-    """The tracker's clock from its ``Date`` header (so a reset time is not read against
-    this host's clock), else this host's."""
-    date = response.headers.get("date")
-    if date:
-        try:
-            return email.utils.parsedate_to_datetime(date).timestamp()
-        except (TypeError, ValueError):
-            pass
-    return time.time()
-
-
-def _number(value: str | None) -> float | None:
-    if value is None:
-        return None
+def _until_reset(response: httpx.Response) -> float | None:
+    """Seconds until ``x-ratelimit-reset`` (a Unix time), read against the tracker's clock
+    (its ``Date`` header), not this host's; None without a readable header."""
     try:
-        return float(value)
+        reset = float(response.headers.get("x-ratelimit-reset", ""))
     except ValueError:
         return None
+    return reset - provider_clock(response.headers.get("date"))
 
 
 def rate_limit(response: httpx.Response, message: str) -> RateLimited | None:
@@ -218,12 +207,13 @@ def rate_limit(response: httpx.Response, message: str) -> RateLimited | None:
     if status not in (403, 429):
         return None
     headers = response.headers
-    retry_after = _number(headers.get("retry-after"))
+    asked = retry_after(headers.get("retry-after"), date=headers.get("date"))
+    retry_after_seconds = None if asked is None else asked.total_seconds()
     if headers.get("x-ratelimit-remaining") == "0":
-        reset = _number(headers.get("x-ratelimit-reset"))
-        wait = reset - _server_now(response) if reset is not None else SECONDARY_LIMIT_MINIMUM
-        if retry_after is not None:
-            wait = max(wait, retry_after)
+        until = _until_reset(response)
+        wait = until if until is not None else SECONDARY_LIMIT_MINIMUM
+        if retry_after_seconds is not None:
+            wait = max(wait, retry_after_seconds)
         return RateLimited(
             f"primary rate limit ({headers.get('x-ratelimit-resource', 'core')}): {message}",
             status=status,
@@ -231,8 +221,8 @@ def rate_limit(response: httpx.Response, message: str) -> RateLimited | None:
             secondary=False,
         )
     lowered = message.lower()
-    if retry_after is not None or any(words in lowered for words in _SECONDARY_WORDS):
-        wait = retry_after if retry_after is not None else SECONDARY_LIMIT_MINIMUM
+    if retry_after_seconds is not None or any(words in lowered for words in _SECONDARY_WORDS):
+        wait = retry_after_seconds if retry_after_seconds is not None else SECONDARY_LIMIT_MINIMUM
         return RateLimited(
             f"secondary rate limit: {message}",
             status=status,
@@ -644,12 +634,8 @@ class GitHubTracker:
                 str(e.get("message", "")) if isinstance(e, dict) else str(e) for e in listed
             )
             if "RATE_LIMITED" in types:
-                reset = _number(response.headers.get("x-ratelimit-reset"))
-                wait = (
-                    reset - _server_now(response) + 1.0
-                    if reset is not None
-                    else SECONDARY_LIMIT_MINIMUM
-                )
+                until = _until_reset(response)
+                wait = until + 1.0 if until is not None else SECONDARY_LIMIT_MINIMUM
                 raise RateLimited(
                     f"GraphQL RATE_LIMITED: {messages}",
                     status=200,

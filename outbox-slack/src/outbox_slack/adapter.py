@@ -69,7 +69,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
@@ -77,25 +77,26 @@ from pydantic import BaseModel, Field
 from outbox_core import (
     Abandoned,
     Action,
-    ActionAdapter,
     ActionAttempt,
     ActionVariants,
     AdapterResult,
     Cancelled,
-    ConfigurationError,
+    ConfiguredAdapter,
     Defer,
     Done,
     Failed,
     OutboxSettings,
+    PerLoop,
     Reread,
     Retry,
     StopReason,
     Uncertain,
+    retry_after,
 )
 from outbox_core.observability import action_event, event
 
 from .domain import message_ref, on_ended, queries
-from .settings import SlackSettings, load_settings
+from .settings import SlackSettings
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -231,7 +232,7 @@ class _Clients:
         await self.session.close()
 
 
-class SlackPostAdapter(ActionAdapter):
+class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
     """Posts the ``SLACK_POST`` actions: one message per turn, read back by its metadata.
 
     Settings come from :class:`SlackSettings` (``OUTBOX_SLACK_*``) unless the class was bound
@@ -248,8 +249,8 @@ class SlackPostAdapter(ActionAdapter):
     retry_base = timedelta(seconds=10)
     retry_cap = timedelta(minutes=15)
     stop_reasons = STOP_REASONS
-
-    configured: ClassVar[SlackSettings | None] = None
+    # The adapter's own bound on one provider call (aiohttp's total timeout of a request).
+    provider_timeout_settings = ("request_timeout_seconds",)
 
     def __init__(
         self,
@@ -258,40 +259,13 @@ class SlackPostAdapter(ActionAdapter):
         schema: str = "outbox",
         fence_margin_seconds: float = 60.0,
     ) -> None:
-        self.settings = settings if settings is not None else SlackSettings()
-        if self.settings.request_timeout_seconds >= fence_margin_seconds:
-            raise ConfigurationError(
-                "OUTBOX_SLACK_REQUEST_TIMEOUT_SECONDS "
-                f"({self.settings.request_timeout_seconds}) must be below the fence margin "
-                f"({fence_margin_seconds} s): a post has to end within the lease that "
-                "begin_write() guarantees"
-            )
+        super().__init__(settings, schema=schema, fence_margin_seconds=fence_margin_seconds)
         # No more posts at once than connections: the others would wait for one after their
         # fence while their lease runs down.
         self.max_concurrency = self.settings.max_connections
-        # The adapter's own bound on one provider call (the conformance suite reads it).
-        self.provider_timeout_seconds = self.settings.request_timeout_seconds
-        self.schema = schema
         self.fence_margin = timedelta(seconds=fence_margin_seconds)
         self._sql = queries(schema)
-        self._clients: _Clients | None = None
-
-    @classmethod
-    def bind(cls, *, settings: SlackSettings) -> type[SlackPostAdapter]:
-        """This adapter class bound to ``settings`` instead of the environment."""
-        return cast(
-            type[SlackPostAdapter],
-            type(
-                cls.__name__,
-                (cls,),
-                {
-                    "__module__": cls.__module__,
-                    "__qualname__": cls.__qualname__,
-                    "__doc__": cls.__doc__,
-                    "configured": settings,
-                },
-            ),
-        )
+        self._clients = PerLoop(self._open_clients, _Clients.aclose)
 
     @classmethod
     def variants(cls) -> ActionVariants:
@@ -300,11 +274,7 @@ class SlackPostAdapter(ActionAdapter):
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:
         _lib()
-        adapter = cls(
-            cls.configured if cls.configured is not None else load_settings(),
-            schema=settings.schema_name,
-            fence_margin_seconds=settings.fence_margin_seconds,
-        )
+        adapter = super().build(settings)
         if adapter.settings.token is None:
             event(
                 "slack.not_configured",
@@ -315,17 +285,12 @@ class SlackPostAdapter(ActionAdapter):
         return adapter
 
     async def aclose(self) -> None:
-        if self._clients is not None and self._clients.loop is _running_loop():
-            await self._clients.aclose()
-        self._clients = None
+        await self._clients.aclose()
 
-    def _client(self) -> _Clients:
-        loop = asyncio.get_running_loop()
-        if self._clients is None or self._clients.loop is not loop:
-            token = self.settings.token
-            assert token is not None
-            self._clients = _Clients(self.settings, token.get_secret_value())
-        return self._clients
+    def _open_clients(self) -> _Clients:
+        token = self.settings.token
+        assert token is not None
+        return _Clients(self.settings, token.get_secret_value())
 
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
         await on_ended(conn, self.schema, action)
@@ -371,7 +336,7 @@ class SlackPostAdapter(ActionAdapter):
         self, attempt: ActionAttempt, body: SlackPost, content: _Content
     ) -> AdapterResult:
         aiohttp, _, errors = _lib()
-        clients = self._client()
+        clients = self._clients.get()
         if not await attempt.fence().begin_write():
             return Abandoned()
         try:
@@ -441,7 +406,7 @@ class SlackPostAdapter(ActionAdapter):
             self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no turn")
             return Uncertain(SLACK_HISTORY_UNREADABLE)
         aiohttp, _, errors = _lib()
-        clients = self._client()
+        clients = self._clients.get()
         skew = timedelta(seconds=self.settings.readback_clock_skew_seconds)
         oldest = _slack_ts(fenced_at - skew)
         latest = _slack_ts(fenced_at + self.fence_margin + skew)
@@ -564,29 +529,21 @@ class SlackPostAdapter(ActionAdapter):
 
 
 def _answer(exc: Any) -> _Answer:
-    """Status, Slack error and Retry-After of a ``SlackApiError``."""
+    """Status, Slack error and Retry-After (in seconds) of a ``SlackApiError``."""
     response = getattr(exc, "response", None)
     status = int(getattr(response, "status_code", 0) or 0)
     data = getattr(response, "data", None)
     error = data.get("error") if isinstance(data, dict) else None
     headers = getattr(response, "headers", None) or {}
-    retry_after: float | None = None
-    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
-    if raw is not None:
-        try:
-            retry_after = max(float(raw), 0.0)
-        except ValueError:
-            retry_after = None
-    return _Answer(status, str(error) if error is not None else None, retry_after)
+    wait = (
+        retry_after(headers.get("Retry-After"), date=headers.get("Date"))
+        if hasattr(headers, "get")
+        else None
+    )
+    seconds = None if wait is None else wait.total_seconds()
+    return _Answer(status, str(error) if error is not None else None, seconds)
 
 
 def _slack_ts(moment: datetime) -> str:
     """A Slack timestamp (``1700000000.000100``) for a moment."""
     return f"{moment.timestamp():.6f}"
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

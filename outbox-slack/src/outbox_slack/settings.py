@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from outbox_core import ConfigurationError
 from outbox_core.settings import SectionSettings
 
 SLACK_API = "https://slack.com/api/"
@@ -102,18 +101,3 @@ class SlackSettings(SectionSettings):
                 )
             return SecretStr(secret.strip())
         return value
-
-
-def load_settings() -> SlackSettings:
-    """The settings from the environment and the TOML file. An invalid value raises
-    :class:`~outbox_core.ConfigurationError` naming the variable, never the value (the token
-    is a secret)."""
-    try:
-        return SlackSettings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"OUTBOX_SLACK_{'_'.join(str(part) for part in error['loc']).upper()}: "
-            f"{error['msg'].removeprefix('Value error, ')}"
-            for error in exc.errors(include_input=False, include_url=False)
-        )
-        raise ConfigurationError(f"Slack settings: {problems}") from None
