@@ -233,3 +233,21 @@ def test_a_transport_that_retries_on_its_own_is_refused_for_writes() -> None:
             "https://api.github.com", TOKEN, transport=httpx.AsyncHTTPTransport(retries=2)
         )
     GitHubTracker("https://api.github.com", TOKEN, transport=httpx.AsyncHTTPTransport())
+
+
+async def test_a_tracker_that_refuses_connections_is_not_sent_to(
+    tracker_server: GitHubTestServer,
+) -> None:
+    """``refuse_connections``: an open connection is cut and a new one refused before any
+    request is sent (NotSent, nothing recorded), until ``accept_connections`` on the same port."""
+    async with client(tracker_server) as tracker:
+        await tracker.create_issue(PUBLIC, title="before", body="b")
+        port = tracker_server.port
+        tracker_server.refuse_connections()
+        with pytest.raises(NotSent):
+            await tracker.create_issue(PUBLIC, title="refused", body="b")
+        assert [issue.title for issue in tracker_server.issues_in(PUBLIC)] == ["before"]
+        tracker_server.accept_connections()
+        assert tracker_server.port == port
+        await tracker.create_issue(PUBLIC, title="after", body="b")
+    assert tracker_server.writes_of("create_issue") == 2

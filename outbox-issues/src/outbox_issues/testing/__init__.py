@@ -5,6 +5,8 @@
   faults on demand (rate limits, 5xx, accept-then-drop, stall, 422, a repository gone, new
   issues hidden from listings). It counts writes, per action marker too.
 - :func:`serve_issues`: point the four kinds in an ``outbox_db`` test database at that server.
+- :class:`IssuesProvider` and :func:`conformance_target`: the server and the requests as the
+  core's adapter conformance suite (``outbox_core.testing.conformance``) steers them.
 - The pytest fixture ``tracker_server`` (loaded with the package's ``pytest11`` entry point).
 
 Only the standard library: ``pip install outbox-issues`` is enough.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..adapter import ADAPTERS, TrackerAdapter
+from .provider import IssuesProvider, conformance_target
 from .server import LOGIN, PRIVATE, PUBLIC, TOKEN, Fault, GitHubTestServer, StoredIssue, Write
 
 if TYPE_CHECKING:
@@ -27,8 +30,10 @@ __all__ = [
     "TOKEN",
     "Fault",
     "GitHubTestServer",
+    "IssuesProvider",
     "StoredIssue",
     "Write",
+    "conformance_target",
     "serve_issues",
 ]
 

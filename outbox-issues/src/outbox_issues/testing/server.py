@@ -17,7 +17,9 @@ is recorded, or after: accept-then-drop), :meth:`~GitHubTestServer.stall` (no an
 client gives up, recorded or not), :meth:`~GitHubTestServer.hold` (recorded, answered once
 released), :meth:`~GitHubTestServer.graphql_error`, :meth:`~GitHubTestServer.remove_repository`
 and :meth:`~GitHubTestServer.hide_new_issues` (new issues missing from listings until
-:meth:`~GitHubTestServer.reveal_issues`). It counts writes, per action marker too.
+:meth:`~GitHubTestServer.reveal_issues`); and :meth:`~GitHubTestServer.refuse_connections`
+(the tracker unreachable: connections refused until :meth:`~GitHubTestServer.
+accept_connections`). It counts writes, per action marker too.
 """
 
 from __future__ import annotations
@@ -156,29 +158,47 @@ class GitHubTestServer:
         self._ids = 1000
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0
+        self.refusing = False
+        """True while :meth:`refuse_connections` keeps the door shut."""
+        self._connections: set[socket.socket] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> GitHubTestServer:
+        self._listen(0)
+        return self
+
+    def _listen(self, port: int) -> None:
         server = self
 
         class Handler(_Handler):
             tracker = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        try:
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        except OSError as exc:
+            raise RuntimeError(
+                f"the loopback tracker could not listen on 127.0.0.1:{port} again ({exc}): "
+                "another process took the port while its connections were refused"
+            ) from exc
         self._httpd.daemon_threads = True
+        self._port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="github-test-server", daemon=True
         )
         self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._release.set()
+    def _close(self) -> None:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+    def stop(self) -> None:
+        self._release.set()
+        self.refusing = False
+        self._close()
 
     def __enter__(self) -> GitHubTestServer:
         return self.start()
@@ -188,8 +208,8 @@ class GitHubTestServer:
 
     @property
     def port(self) -> int:
-        assert self._httpd is not None, "start the server first"
-        return int(self._httpd.server_address[1])
+        assert self._port, "start the server first"
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -274,6 +294,26 @@ class GitHubTestServer:
         """Answer nothing until the client gives up (or ``stall_seconds``)."""
         self._add(Fault(op, "stall_after" if after_recording else "stall_before", times))
 
+    def refuse_connections(self) -> None:
+        """The tracker is unreachable: its listening socket closes (a connection is refused
+        before any request is sent, so it holds nothing of it) and its open connections are
+        cut, until :meth:`accept_connections` listens on the same port again."""
+        if self._port == 0 or self.refusing:
+            return
+        self.refusing = True
+        self._close()
+        with self.lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def accept_connections(self) -> None:
+        """Listen again (on the same port) after :meth:`refuse_connections`."""
+        if self.refusing:
+            self._listen(self._port)
+            self.refusing = False
+
     def hold(self, op: str) -> None:
         """Record the next ``op``, then wait for :meth:`release` before answering it."""
         self._release.clear()
@@ -321,6 +361,7 @@ class GitHubTestServer:
             self.faults.clear()
         self.reveal_issues()
         self.release()
+        self.accept_connections()
 
     def _add(self, fault: Fault) -> None:
         with self.lock:
@@ -524,6 +565,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.tracker.lock:
+            self.tracker._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.tracker.lock:
+            self.tracker._connections.discard(self.connection)
+        super().finish()
 
     def do_GET(self) -> None:
         self._serve("GET")
