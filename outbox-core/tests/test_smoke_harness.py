@@ -13,6 +13,17 @@ def test_an_enqueued_noop_action_ends_done_after_drain(db: OutboxTestDatabase) -
     assert db.scalar("SELECT state FROM {schema}.agent_action") == "DONE"
 
 
+def test_drain_counts_an_attempt_that_ended_before_the_last_claim_group_was_claimed(
+    db: OutboxTestDatabase,
+) -> None:
+    """With a kind that has a slot limit, drain() claims in two groups; the no-op attempt of
+    the first ends while the second is claimed. It ran, and drain() says so (it said 0)."""
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "key-1"))
+    assert db.drain(kind_concurrency={"TEST_FENCED": 1}) == 1
+    assert db.scalar("SELECT state FROM {schema}.agent_action") == "DONE"
+
+
 async def test_drain_leaves_alone_an_attempt_that_another_executor_is_running(
     db: OutboxTestDatabase,
 ) -> None:

@@ -36,6 +36,8 @@ class Attempts:
         self.fences = fences
         self.endings = endings
         self.running: set[asyncio.Task[None]] = set()
+        # Every task started (attempts and endings of reaped or expired actions), for drain().
+        self.started = 0
         self._held: dict[str, int] = {}
         self._kind_slots: dict[str, asyncio.Semaphore | None] = {}
         self._deadlines: dict[asyncio.Task[Any], float] = {}
@@ -77,6 +79,7 @@ class Attempts:
             self.running.add(task)
             task.add_done_callback(self._finished)
             started.append(task)
+        self.started += len(started)
         return started
 
     def held(self, kind: str) -> int:

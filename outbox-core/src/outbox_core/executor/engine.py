@@ -225,7 +225,9 @@ class Executor:
         async with rt.connection() as conn:
             await conn.execute(rt.queries["make_due"], rt.filter_params())
         await self.maintenance.sweep_expired()
-        ran = 0
+        # Counted as they start, not as settle() sees them finish: an attempt may end while a
+        # later claim group is still being claimed, before settle() looks.
+        started_before = self.attempts.started
         rt.chaining = True
         wrong: list[AdapterContractError] = []
         self.attempts.wrong_results = wrong
@@ -241,7 +243,7 @@ class Executor:
                     rows, visited = await self.claims.claim(group_limit, kinds)
                     self.attempts.dispatch(rows)
                     found = found or bool(rows) or visited > 0
-                ran += await self.settle()
+                await self.settle()
                 if not found:
                     break
         finally:
@@ -253,7 +255,7 @@ class Executor:
                 f"drain(): {len(wrong)} attempt(s) broke the adapter contract; fix the adapter: "
                 + "; ".join(str(error) for error in wrong)
             ) from wrong[0]
-        return ran
+        return self.attempts.started - started_before
 
     async def settle(self) -> int:
         """Wait until no attempt runs (chained claims may start more meanwhile) and every
