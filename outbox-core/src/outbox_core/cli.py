@@ -75,16 +75,52 @@ class State:
         return Outbox.from_settings(self.settings)
 
 
+# What PostgreSQL answers when a schema, table, function or type that a migration creates is
+# not there: the database was never migrated (or not with this schema name).
+MISSING_OBJECT = (
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedObject,
+)
+
+
+def _missing_object(exc: BaseException) -> psycopg.Error | None:
+    """The missing-object error in ``exc``, its causes or (from the executor's tasks) its
+    exception group, if any."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, MISSING_OBJECT):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
+
+
 def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn outbox's own errors into one line on stderr and exit 1."""
+    """Turn outbox's own errors, and a database that was never migrated, into one line on
+    stderr and exit 1."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
         except OutboxError as exc:
             fail(str(exc))
-        except psycopg.errors.UndefinedTable as exc:
-            fail(f"outbox's tables are missing ({exc.diag.message_primary}); run `outbox migrate`")
+        except Exception as exc:
+            missing = _missing_object(exc)
+            if missing is None:
+                raise
+            what = missing.diag.message_primary or missing
+            fail(
+                f"outbox's schema or tables are missing ({what}): the database was never "
+                "migrated; run `outbox migrate`"
+            )
 
     wrapper.__name__ = function.__name__
     wrapper.__doc__ = function.__doc__

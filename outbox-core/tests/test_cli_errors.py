@@ -1,0 +1,81 @@
+"""Errors a person reads in one line: a database never migrated, an out-of-range option, a
+typo in the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from outbox_core.cli import MISSING_OBJECT, _guard, main
+from outbox_core.testing.database import with_database
+
+
+@pytest.fixture
+def unmigrated_url(outbox_server: str) -> Iterator[str]:
+    """A fresh, empty database on the harness's server (no outbox schema), dropped after."""
+    import uuid
+
+    name = f"outbox_unmigrated_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(outbox_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(outbox_server, name)
+    finally:
+        with psycopg.connect(outbox_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run"], ["status"], ["status", "--json"], ["show", "1"], ["cancel", "1"]],
+    ids=lambda args: " ".join(args),
+)
+def test_a_database_never_migrated_is_one_line_saying_run_migrate(
+    unmigrated_url: str, args: list[str]
+) -> None:
+    result = CliRunner().invoke(
+        main, args, env={"OUTBOX_DATABASE_URL": unmigrated_url, "OUTBOX_STARTUP_WAIT_SECONDS": "0"}
+    )
+    assert result.exit_code == 1, result.output
+    assert "run `outbox migrate`" in result.output
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, psycopg.Error)
+
+
+@pytest.mark.parametrize("error", MISSING_OBJECT, ids=lambda error: error.__name__)
+@pytest.mark.parametrize("wrapped", ["bare", "caused", "group"])
+def test_every_missing_object_error_of_every_command_says_run_migrate(
+    error: type[psycopg.Error], wrapped: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command is wrapped by _guard; each missing-object class, raised as is, as the
+    cause of another error, or from the executor's tasks in a group, is one line."""
+
+    def command() -> None:
+        exc = error("missing")
+        if wrapped == "caused":
+            raise RuntimeError("while claiming") from exc
+        if wrapped == "group":
+            raise ExceptionGroup("tasks", [exc])
+        raise exc
+
+    guarded = {
+        name
+        for name, each in main.commands.items()
+        if getattr(each.callback, "__qualname__", "") == "_guard.<locals>.wrapper"
+    }
+    assert guarded == set(main.commands)
+    with pytest.raises(SystemExit) as exited:
+        _guard(command)()
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip().endswith("run `outbox migrate`")
+
+
+def test_other_errors_pass_through_the_guard() -> None:
+    def command() -> None:
+        raise psycopg.errors.UniqueViolation("not about migrations")
+
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _guard(command)()
