@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import click
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -79,3 +80,52 @@ def test_other_errors_pass_through_the_guard() -> None:
 
     with pytest.raises(psycopg.errors.UniqueViolation):
         _guard(command)()
+
+
+def _numeric_parameters() -> list[tuple[str, click.Parameter]]:
+    return [
+        (name, param)
+        for name, command in sorted(main.commands.items())
+        for param in command.params
+        if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+    ]
+
+
+def _out_of_range(param: click.Parameter) -> list[str]:
+    """A value outside ``param``'s range: below its minimum, else above its maximum."""
+    bounds = param.type
+    assert isinstance(bounds, (click.IntRange, click.FloatRange)), (
+        f"{param.name}: a numeric option needs click.IntRange or click.FloatRange"
+    )
+    value = bounds.min - 1 if bounds.min is not None else bounds.max + 1  # type: ignore[operator]
+    if isinstance(param, click.Argument):
+        return [str(value)]
+    return [param.opts[0], str(value)]
+
+
+def test_every_numeric_option_has_bounds() -> None:
+    unbounded = [
+        f"{name} {param.name}"
+        for name, param in _numeric_parameters()
+        if not isinstance(param.type, (click.IntRange, click.FloatRange))
+        or (param.type.min is None and param.type.max is None)
+    ]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(
+    ("command", "param"),
+    _numeric_parameters(),
+    ids=[f"{name}-{param.name}" for name, param in _numeric_parameters()],
+)
+def test_a_numeric_option_out_of_range_is_refused_with_its_range(
+    command: str, param: click.Parameter
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        [command, *_out_of_range(param)],
+        env={"OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/never_reached"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not in the range" in result.output
+    assert "Traceback" not in result.output

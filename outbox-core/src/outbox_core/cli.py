@@ -231,7 +231,13 @@ def plugins(state: State) -> None:
 
 @main.command(epilog=CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
-@click.option("--lanes", default=20, show_default=True, help="how many blocked lanes to list")
+@click.option(
+    "--lanes",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="how many blocked lanes to list",
+)
 @click.pass_obj
 @_guard
 def status(state: State, as_json: bool, lanes: int) -> None:
@@ -249,7 +255,7 @@ def status(state: State, as_json: bool, lanes: int) -> None:
 
 
 @main.command(epilog=CONFIG_HELP)
-@click.argument("action_id", type=int)
+@click.argument("action_id", type=click.IntRange(min=1))
 @click.option("--payload", is_flag=True, help="include the payload (it may hold personal data)")
 @click.pass_obj
 @_guard
@@ -263,7 +269,7 @@ def show(state: State, action_id: int, payload: bool) -> None:
 
 
 @main.command(epilog=CONFIG_HELP)
-@click.argument("action_id", type=int)
+@click.argument("action_id", type=click.IntRange(min=1))
 @click.pass_obj
 @_guard
 def cancel(state: State, action_id: int) -> None:
