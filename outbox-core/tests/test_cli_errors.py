@@ -3,13 +3,16 @@ typo in the configuration."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import click
 import psycopg
 import pytest
 from click.testing import CliRunner
 
+from outbox_core import ConfigurationError, OutboxSettings
 from outbox_core.cli import MISSING_OBJECT, _guard, main
 from outbox_core.testing.database import with_database
 
@@ -129,3 +132,89 @@ def test_a_numeric_option_out_of_range_is_refused_with_its_range(
     assert result.exit_code == 2, result.output
     assert "is not in the range" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str], Path]:
+    """Write the TOML file that OUTBOX_CONFIG names; warnings are logged afresh."""
+    from outbox_core import settings
+
+    monkeypatch.setattr(settings, "_warned", set(), raising=False)
+
+    def write(text: str) -> Path:
+        path = tmp_path / "outbox.toml"
+        path.write_text(text, "utf-8")
+        monkeypatch.setenv("OUTBOX_CONFIG", str(path))
+        return path
+
+    return write
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_unknown_key_of_the_outbox_table_is_an_error_naming_the_nearest_key(
+    config_file: Callable[[str], Path],
+) -> None:
+    config_file('[outbox]\nlease_second = 5\nschema = "mine"\n')
+    with pytest.raises(ConfigurationError, match=r"no key 'lease_second' \(did you mean "):
+        OutboxSettings.load()
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 2, result.output
+    assert "'lease_second' (did you mean 'lease_seconds'?)" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_documented_keys_of_the_outbox_table_are_read(
+    config_file: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config_file('[outbox]\nlease_seconds = 120\nschema = "mine"\n[outbox.email]\nsender = "a"\n')
+    loaded = OutboxSettings.load()
+    assert (loaded.lease_seconds, loaded.schema_name) == (120, "mine")
+    assert _warnings(caplog) == []
+
+
+def test_a_file_without_its_outbox_table_is_a_warning(
+    config_file: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config_file("[tool.other]\nlease_seconds = 5\n")
+    assert OutboxSettings.load().lease_seconds == 300
+    [warning] = _warnings(caplog)
+    assert warning.startswith("config.table.missing ")
+
+
+def test_an_unknown_plugin_table_is_a_warning_naming_the_nearest(
+    config_file: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config_file("[outbox]\nconcurrency = 3\n[outbox.emial]\nsender = 'a'\n")
+    assert OutboxSettings.load().concurrency == 3
+    [warning] = _warnings(caplog)
+    assert warning.startswith("config.table.unknown ") and "table=outbox.emial" in warning
+    assert "did you mean 'outbox.email'?" in warning
+
+
+def test_an_unknown_plugin_name_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from outbox_core import settings
+    from outbox_core.plugins import build_host
+
+    monkeypatch.setattr(settings, "_warned", set(), raising=False)
+    monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "emial,slack")
+    host = build_host()
+    assert "slack" in host.blocked
+    [warning] = _warnings(caplog)
+    assert "variable=OUTBOX_DISABLE_PLUGINS plugin=emial" in warning
+    assert "did you mean 'email'?" in warning
+
+
+def test_environment_variables_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Other programs share the OUTBOX_ prefix: an unknown variable is neither an error nor a
+    warning."""
+    monkeypatch.setenv("OUTBOX_LEASE_SECOND", "5")
+    monkeypatch.setenv("OUTBOX_SOMETHING_ELSE", "x")
+    assert OutboxSettings.load().lease_seconds == 300
+    assert _warnings(caplog) == []

@@ -27,7 +27,7 @@ from .cli_database import (
     database,
     fail,
 )
-from .errors import OutboxError
+from .errors import ConfigurationError, OutboxError
 from .settings import OutboxSettings, validation_problems
 
 CONFIG_HELP = """
@@ -57,6 +57,8 @@ class State:
                 self._settings = OutboxSettings(**self.overrides)
             except ValidationError as exc:
                 fail(f"configuration: {validation_problems(exc)}", EXIT_USAGE)
+            except ConfigurationError as exc:
+                fail(f"configuration: {exc}", EXIT_USAGE)
         return self._settings
 
     def require_url(self) -> str:

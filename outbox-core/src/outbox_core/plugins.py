@@ -127,6 +127,29 @@ def _import_app_plugin(name: str) -> ModuleType:
         ) from exc
 
 
+def _warn_unknown_names(
+    entry_points: list[metadata.EntryPoint],
+    apps: list[str],
+    disabled: set[str],
+    allowed: set[str] | None,
+) -> None:
+    """A name in OUTBOX_DISABLE_PLUGINS or OUTBOX_PLUGINS that names no installed plugin (a
+    typo blocks nothing, or lets nothing in) is a warning, ``plugins.name.unknown``."""
+    from .settings import nearest, warn_once
+
+    known = {ep.name for ep in entry_points} | set(apps)
+    known |= {ep.dist.name for ep in entry_points if ep.dist is not None}
+    for variable, names in ((DISABLE_VARIABLE, disabled), (ALLOW_VARIABLE, allowed or set())):
+        for name in sorted(names - known):
+            warn_once(
+                "plugins.name.unknown",
+                variable=variable,
+                plugin=name,
+                detail=f"no installed plugin has this name{nearest(name, known)}; installed: "
+                f"{', '.join(sorted(known)) or 'none'}",
+            )
+
+
 def make_plugin_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -152,7 +175,9 @@ def build_host(
     allowed = _names(ALLOW_VARIABLE)
     apps = list(app_plugins) if app_plugins is not None else _listed(APP_VARIABLE) or []
     loaded: list[tuple[PluginInfo, object]] = []
-    for ep in _entry_points() if use_entry_points else []:
+    entry_points = _entry_points() if use_entry_points else []
+    _warn_unknown_names(entry_points, apps, disabled, allowed)
+    for ep in entry_points:
         dist = ep.dist.name if ep.dist is not None else "(unknown)"
         version = ep.dist.version if ep.dist is not None else "unknown"
         names = {ep.name, dist}

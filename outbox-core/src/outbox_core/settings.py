@@ -7,9 +7,12 @@ file. Secrets are ``SecretStr`` and never printed.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -57,16 +60,104 @@ def validation_problems(exc: ValidationError) -> str:
     )
 
 
+_warned: set[str] = set()
+
+
+def warn_once(event_name: str, **fields: Any) -> None:
+    """A configuration warning, logged once per process (settings are loaded many times)."""
+    key = f"{event_name} {sorted(fields.items())}"
+    if key in _warned:
+        return
+    _warned.add(key)
+    from .observability import event
+
+    event(event_name, level=logging.WARNING, **fields)
+
+
+def nearest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _table_keys(settings_cls: type[BaseSettings]) -> set[str]:
+    """The keys a section's TOML table may hold: each field's name and its lower-case
+    aliases (``schema`` for ``schema_name``)."""
+    keys = set(settings_cls.model_fields)
+    for info in settings_cls.model_fields.values():
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        keys.update(c for c in choices if isinstance(c, str) and c.islower())
+    return keys
+
+
+def plugin_table_names() -> set[str]:
+    """The ``[outbox.<name>]`` tables something installed may read: each installed plugin's
+    entry point name and every section of the settings classes imported so far."""
+    from importlib import metadata
+
+    names = {ep.name for ep in metadata.entry_points(group="outbox_core.plugins")}
+    todo: list[type[SectionSettings]] = [SectionSettings]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        section = cls.toml_section.split(".")
+        if len(section) > 1 and section[0] == "outbox":
+            names.add(section[1])
+    return names
+
+
+def check_config_table(settings_cls: type[SectionSettings], table: dict[str, Any]) -> None:
+    """Refuse a key of ``settings_cls``'s table that no field reads, naming the nearest known
+    key (a typo, ``lease_second``, would otherwise be ignored in silence). In the core's
+    ``[outbox]`` table a sub-table is a plugin's ``[outbox.<name>]``: one that no installed
+    plugin reads is a warning (``config.table.unknown``), and so is a file without the
+    ``[outbox]`` table (``config.table.missing``). Environment variables are not checked:
+    other programs share the ``OUTBOX_`` prefix."""
+    from .errors import ConfigurationError
+
+    path = os.environ.get("OUTBOX_CONFIG", "")
+    section = settings_cls.toml_section
+    known = _table_keys(settings_cls)
+    tables = {key for key, value in table.items() if isinstance(value, dict)}
+    unknown = sorted(key for key in table if key not in known and key not in tables)
+    if unknown:
+        raise ConfigurationError(
+            f"OUTBOX_CONFIG={path}: [{section}] has no key "
+            + "; no key ".join(f"{key!r}{nearest(key, known)}" for key in unknown)
+            + f"; its keys are {', '.join(sorted(known))}"
+        )
+    if section != "outbox":
+        return
+    if not table:
+        warn_once(
+            "config.table.missing",
+            file=path,
+            detail="the file has no [outbox] table (or an empty one): outbox reads nothing from it",
+        )
+    plugins = plugin_table_names()
+    for name in sorted(tables - plugins):
+        warn_once(
+            "config.table.unknown",
+            file=path,
+            table=f"outbox.{name}",
+            detail="no installed plugin reads it"
+            + nearest(f"outbox.{name}", (f"outbox.{plugin}" for plugin in plugins)),
+        )
+
+
 class _TomlSource(PydanticBaseSettingsSource):
     def __init__(self, settings_cls: type[BaseSettings], section: str) -> None:
         super().__init__(settings_cls)
         self._table = config_file_table(section)
+        if issubclass(settings_cls, SectionSettings) and os.environ.get("OUTBOX_CONFIG"):
+            check_config_table(settings_cls, self._table)
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self._table.get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        names = set(self.settings_cls.model_fields)
+        names = _table_keys(self.settings_cls)
         return {key: value for key, value in self._table.items() if key in names}
 
 
