@@ -28,6 +28,7 @@ from .cli_database import (
     fail,
 )
 from .errors import ConfigurationError, OutboxError
+from .observability import LOG_FORMATS, LOG_LEVELS, configure_logging
 from .settings import OutboxSettings, validation_problems
 
 CONFIG_HELP = """
@@ -350,6 +351,20 @@ def erase(state: State, subject: str) -> None:
     help="refuse to start when a kind cannot run with these settings (OUTBOX_STRICT_STARTUP); "
     "without it that kind is stopped and the others run",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="the lowest level logged on stderr",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text: time, level, event and fields; json: one object a line with the fields",
+)
 @click.pass_obj
 @_guard
 def run(
@@ -359,6 +374,8 @@ def run(
     metrics_port: int | None,
     data_dir: Path | None,
     strict: bool,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
 
@@ -368,7 +385,13 @@ def run(
 
     On SIGTERM it stops claiming, lets running attempts finish within OUTBOX_SHUTDOWN_SECONDS,
     and leaves the rest to their leases.
+
+    It logs on stderr (--log-level, --log-format): executor.started with the version, the
+    kinds and their plugins, the database's host and schema and the concurrency, the events
+    of docs/log-records.md, and executor.stopped. Run inside a process whose logging is
+    already configured (a handler on the root logger), it leaves that logging alone.
     """
+    configure_logging(log_level.upper(), log_format)
     settings = state.settings
     if concurrency is not None:
         settings = settings.model_copy(update={"concurrency": concurrency})

@@ -37,6 +37,89 @@ def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
         )
 
 
+def database_label(conninfo: str) -> str:
+    """``host:port/dbname`` of a connection string, for a log line: never the user's password
+    (nor any other parameter)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except Exception:
+        return "(unparsable)"
+    host = str(params.get("host") or params.get("hostaddr") or "(local socket)")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"{host}{port}/{params.get('dbname') or '(default)'}"
+
+
+# The attributes every LogRecord has: the rest are the ``extra`` fields of an event.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+class TextFormatter(logging.Formatter):
+    """``2026-01-31T12:00:00.123Z INFO outbox executor.started kinds=...``: the time in UTC,
+    the level, the logger and the message (an event's name and fields)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return _utc(record.created)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time``, ``level``, ``logger``, ``message`` and the record's
+    ``extra`` fields (``event``, ``action.id``, ``action.kind``, ...); ``exception``, the
+    formatted traceback, when one is attached."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        out: dict[str, Any] = {
+            "time": _utc(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out.update(
+            (key, value) for key, value in vars(record).items() if key not in _RECORD_ATTRIBUTES
+        )
+        if record.exc_info and record.exc_info[1] is not None:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def _utc(created: float) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(created, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def configure_logging(level: str = "INFO", log_format: str = "text") -> bool:
+    """For a process that runs the executor and nothing else (``outbox run``): when the root
+    logger has no handler, install one on stderr (``text`` or ``json``, :class:`TextFormatter`,
+    :class:`JsonFormatter`) at ``level``, and return True. An application that configured its
+    own logging keeps it (False: nothing is changed)."""
+    import sys
+
+    root = logging.getLogger()
+    if root.handlers:
+        return False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(level)
+    return True
+
+
 def action_event(
     name: str, action_id: int, kind: str, *, level: int = logging.INFO, **fields: Any
 ) -> None:

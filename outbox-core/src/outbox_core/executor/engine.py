@@ -30,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..action import Action
 from ..adapter import ActionAdapter
 from ..errors import AdapterContractError
-from ..observability import BacklogSnapshot, event
+from ..observability import BacklogSnapshot, database_label, event
 from ..outbox import Outbox
 from ..settings import OutboxSettings
 from ..startup import StoppedKind
@@ -40,6 +40,16 @@ from .endings import Endings
 from .fences import Fences
 from .maintenance import Maintenance
 from .runtime import Runtime
+
+
+def _by_plugin(rt: Runtime) -> str:
+    """``outbox-email 0.1.0 (EMAIL); outbox-slack 0.1.0 (SLACK_POST)``: the kinds run, by the
+    distribution (and version) that registered them."""
+    groups: dict[str, list[str]] = {}
+    for kind in rt.kinds:
+        entry = rt.entries[kind]
+        groups.setdefault(f"{entry.distribution} {entry.version}".strip(), []).append(kind)
+    return "; ".join(f"{owner} ({' '.join(kinds)})" for owner, kinds in sorted(groups.items()))
 
 
 class Executor:
@@ -148,10 +158,16 @@ class Executor:
             asyncio.create_task(self.claims.loop(), name="outbox-claim"),
             asyncio.create_task(self.maintenance.loop(), name="outbox-maintenance"),
         ]
+        from ..plugins import _version
+
         event(
             "executor.started",
+            version=_version("outbox-core"),
             kinds=",".join(rt.kinds),
+            plugins=_by_plugin(rt),
             stopped=",".join(kind.kind for kind in rt.stopped),
+            database=database_label(rt.conninfo),
+            schema=rt.outbox.schema,
             concurrency=rt.settings.concurrency,
         )
         try:
@@ -168,7 +184,13 @@ class Executor:
             stopper.cancel()
             left = await self._wait_running(rt.settings.shutdown_seconds)
             rt.chaining = False
-            event("executor.stopped", left_to_leases=left)
+            event(
+                "executor.stopped",
+                kinds=",".join(rt.kinds),
+                database=database_label(rt.conninfo),
+                schema=rt.outbox.schema,
+                left_to_leases=left,
+            )
 
     async def _wait_running(self, seconds: float) -> int:
         """Wait up to ``seconds`` for the running attempts and the endings being written, then
