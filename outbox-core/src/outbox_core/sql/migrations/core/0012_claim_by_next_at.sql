@@ -1,0 +1,103 @@
+-- The core line, version 12: claim_v1 restated (from 0002) with the same contract (a replica of
+-- an older build calls the same function, with the same arguments and rows), for one
+-- correction: a due lane is no longer passed over for lanes that fell due after it.
+--   * claim_v1 filled its limit kind by kind and took the lanes whose head kind is not known
+--     (head_kind IS NULL) last, and only when the known kinds left room. A lane whose head
+--     ended while a producer's enqueue held its row is skipped by the settle's chained claim
+--     and lowered again after the enqueue commits, with its head kind cleared; under a backlog
+--     of due lanes of known kinds such a lane waited until the backlog ran dry (151 s in a
+--     chaos run, issue 22). Now the claim first reads, without locks, the next_at of the
+--     p_limit-th earliest due lane across every kind it serves and the unknown lanes (a merge
+--     of the kinds' index ranges, at most p_limit entries each), and takes each kind's lanes up
+--     to that cutoff; only room that locks held by other transactions left is filled kind by
+--     kind as before. The bound this gives is in docs/design/claim.md ("The bound").
+-- The executor reads the same rows; a replica of the previous build runs this version as soon
+-- as it is applied (docs/rolling-updates.md), and a replica of this build against a database
+-- at version 11 runs the old one: both orders are correct, the old one only slower to reach a
+-- lane of unknown head.
+
+CREATE OR REPLACE FUNCTION {schema}.claim_v1(
+    p_limit integer, p_lease interval,
+    p_kinds text[], p_paths jsonpath[], p_suffixes text[]
+) RETURNS SETOF {schema}.claimed_action_v1
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_lanes text[] := '{}';
+    v_more text[];
+    v_kind text;
+    v_unknown boolean;
+    v_cutoff timestamptz;
+    v_pass integer;
+    v_ranges text;
+BEGIN
+    -- The cutoff: the next_at of the p_limit-th earliest due lane this build may take.
+    SELECT string_agg(format($q$
+        (SELECT l.next_at
+           FROM {schema}.action_lane l
+          WHERE l.head_kind %s AND l.next_at <= now()
+            AND NOT EXISTS (
+                  SELECT 1 FROM {schema}.agent_action h
+                   WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')
+                     AND NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                                                   $1, $2, $3))
+          ORDER BY l.next_at
+          LIMIT %s)$q$,
+        CASE WHEN k.kind IS NULL THEN 'IS NULL' ELSE '= ' || quote_literal(k.kind) END,
+        p_limit), ' UNION ALL ')
+      INTO v_ranges
+      FROM (SELECT kind FROM unnest(p_kinds) AS u(kind) UNION ALL SELECT NULL) k;
+    EXECUTE format('SELECT max(c.next_at) FROM (SELECT r.next_at FROM (%s) r '
+                   'ORDER BY r.next_at LIMIT %s) c', v_ranges, p_limit)
+      INTO v_cutoff
+      USING p_kinds, p_paths, p_suffixes;
+    IF v_cutoff IS NULL THEN
+        RETURN;
+    END IF;
+    -- Pass 1 takes the lanes before the cutoff, pass 2 those at it (lanes that fell due in
+    -- one statement share a next_at), pass 3 fills what locks held elsewhere left.
+    FOR v_pass IN 1..3 LOOP
+        FOR v_kind, v_unknown IN
+            SELECT u.kind, u.unknown
+              FROM (SELECT k.kind, false AS unknown, random() AS r
+                      FROM unnest(p_kinds) AS k(kind)
+                    UNION ALL SELECT NULL, true, 0) u
+             ORDER BY u.unknown, u.r
+        LOOP
+            EXIT WHEN cardinality(v_lanes) >= p_limit;
+            -- Dynamic SQL, planned for this kind and this limit: a generic plan with a
+            -- parameterised LIMIT may walk the whole index.
+            EXECUTE format($q$
+                SELECT array_agg(s.lane_key)
+                  FROM (SELECT l.lane_key
+                          FROM {schema}.action_lane l
+                         WHERE l.head_kind %s AND l.next_at <= now() AND l.next_at %s $5
+                           AND l.lane_key <> ALL($6)
+                           AND NOT EXISTS (
+                                 SELECT 1 FROM {schema}.agent_action h
+                                  WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')
+                                    AND NOT {schema}.decodable_v1(h.kind, h.payload,
+                                                                  h.idempotency_key, $2, $3, $4))
+                         ORDER BY l.next_at
+                         LIMIT %s
+                           FOR UPDATE OF l SKIP LOCKED) s
+                $q$, CASE WHEN v_unknown THEN 'IS NULL' ELSE '= $1' END,
+                CASE v_pass WHEN 1 THEN '<' ELSE '<=' END, p_limit - cardinality(v_lanes))
+              INTO v_more
+              USING v_kind, p_kinds, p_paths, p_suffixes,
+                    CASE WHEN v_pass < 3 THEN v_cutoff ELSE 'infinity' END, v_lanes;
+            v_lanes := v_lanes || coalesce(v_more, '{}');
+        END LOOP;
+        EXIT WHEN cardinality(v_lanes) >= p_limit;
+    END LOOP;
+    IF cardinality(v_lanes) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM {schema}.claim_locked_v1(
+        v_lanes, p_lease, p_kinds, p_paths, p_suffixes);
+    -- How many lanes were looked at: when it is p_limit, more may need a look right away.
+    RETURN QUERY SELECT 'visited', cardinality(v_lanes)::bigint, NULL::text, NULL::text,
+        NULL::text, NULL::text, NULL::jsonb, NULL::text, NULL::text, NULL::integer,
+        NULL::integer, NULL::bigint, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+        NULL::timestamptz;
+END
+$fn$;
