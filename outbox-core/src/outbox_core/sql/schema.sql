@@ -360,47 +360,93 @@ CREATE TYPE {schema}.claimed_action_v1 AS (
 -- build cannot decode; then, in a new statement, claim their heads. Two statements, not one:
 -- one statement's snapshot could predate an ending that committed just before its lock, see
 -- the old head still executing, and push the lane's next look out to a lease that is over.
--- Lanes are looked up kind by kind (and then those whose head is not known), each an index
--- range in next_at order, so lanes headed by kinds this executor does not serve are never
--- read. The kinds are taken in a random order each time, so no kind starves the others.
+-- Lanes are looked up by kind (and those whose head is not known), each an index range in
+-- next_at order, so lanes headed by kinds this executor does not serve are never read. The
+-- lanes taken are the p_limit earliest by next_at across every kind and the lanes of unknown
+-- head (migration 0012; before, those came last), read without locks (a merge of the ranges,
+-- at most p_limit entries each) and locked in the same statement where no one else holds
+-- them; only the room that those locks left is filled kind by kind in random order (the
+-- unknown lanes last) from the latest next_at read on. A due lane is thus never passed over
+-- for lanes that fell due after it (docs/design/claim.md, "The bound").
 CREATE FUNCTION {schema}.claim_v1(
     p_limit integer, p_lease interval,
     p_kinds text[], p_paths jsonpath[], p_suffixes text[]
 ) RETURNS SETOF {schema}.claimed_action_v1
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_lanes text[] := '{}';
+    v_lanes text[];
     v_more text[];
     v_kind text;
     v_unknown boolean;
+    v_cutoff timestamptz;
+    v_seen integer;
+    v_ranges text;
+    -- A lane that needs a look and whose known head this build decodes. A scalar subquery,
+    -- not NOT EXISTS: it stays one index probe per lane read, where an anti-join may be
+    -- planned as a hash over every action (the planner cannot tell that few lanes are read).
+    v_due constant text := $q$
+        l.next_at <= now()
+        AND coalesce((SELECT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                                                   $2, $3, $4)
+                        FROM {schema}.agent_action h
+                       WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')),
+                     true)$q$;
 BEGIN
-    FOR v_kind, v_unknown IN
-        SELECT u.kind, u.unknown
-          FROM (SELECT k.kind, false AS unknown, random() AS r FROM unnest(p_kinds) AS k(kind)
-                UNION ALL SELECT NULL, true, 0) u
-         ORDER BY u.unknown, u.r
-    LOOP
-        EXIT WHEN cardinality(v_lanes) >= p_limit;
-        -- Dynamic SQL, planned for this kind and this limit: a generic plan with a
-        -- parameterised LIMIT may walk the whole index.
-        EXECUTE format($q$
-            SELECT array_agg(s.lane_key)
-              FROM (SELECT l.lane_key
-                      FROM {schema}.action_lane l
-                     WHERE l.head_kind %s AND l.next_at <= now()
-                       AND NOT EXISTS (
-                             SELECT 1 FROM {schema}.agent_action h
-                              WHERE h.id = l.head_id AND h.state IN ('ADMITTED', 'EXECUTING')
-                                AND NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
-                                                              $2, $3, $4))
-                     ORDER BY l.next_at
-                     LIMIT %s
-                       FOR UPDATE OF l SKIP LOCKED) s
-            $q$, CASE WHEN v_unknown THEN 'IS NULL' ELSE '= $1' END, p_limit - cardinality(v_lanes))
-          INTO v_more
-          USING v_kind, p_kinds, p_paths, p_suffixes;
-        v_lanes := v_lanes || coalesce(v_more, '{}');
-    END LOOP;
+    -- Dynamic SQL, planned for these kinds and this limit: a generic plan with a
+    -- parameterised LIMIT may walk the whole index.
+    SELECT string_agg(format(
+        '(SELECT l.lane_key, l.next_at FROM {schema}.action_lane l WHERE l.head_kind %s AND %s '
+        'ORDER BY l.next_at LIMIT %s)',
+        CASE WHEN k.kind IS NULL THEN 'IS NULL' ELSE '= ' || quote_literal(k.kind) END,
+        v_due, p_limit), ' UNION ALL ')
+      INTO v_ranges
+      FROM (SELECT kind FROM unnest(p_kinds) AS u(kind) UNION ALL SELECT NULL) k;
+    -- The p_limit earliest lanes (read without locks), locked where no one else holds them;
+    -- and the cutoff, the latest next_at among them.
+    EXECUTE format($q$
+        WITH c AS (
+            SELECT r.lane_key, r.next_at FROM (%s) r ORDER BY r.next_at LIMIT %s
+        )
+        SELECT (SELECT max(c.next_at) FROM c), (SELECT count(*)::integer FROM c),
+               (SELECT coalesce(array_agg(s.lane_key), '{}')
+                  FROM (SELECT l.lane_key
+                          FROM {schema}.action_lane l
+                         WHERE l.lane_key IN (SELECT c.lane_key FROM c) AND l.next_at <= now()
+                         ORDER BY l.next_at
+                           FOR UPDATE OF l SKIP LOCKED) s)
+        $q$, v_ranges, p_limit)
+      INTO v_cutoff, v_seen, v_lanes
+      USING NULL::text, p_kinds, p_paths, p_suffixes;
+    IF v_cutoff IS NULL THEN
+        RETURN;
+    END IF;
+    -- Only when the read saw p_limit lanes (there may be more) and locks held elsewhere left
+    -- room: the lanes from the cutoff on, kind by kind, the unknown lanes last.
+    IF cardinality(v_lanes) < p_limit AND v_seen = p_limit THEN
+        FOR v_kind, v_unknown IN
+            SELECT u.kind, u.unknown
+              FROM (SELECT k.kind, false AS unknown, random() AS r
+                      FROM unnest(p_kinds) AS k(kind)
+                    UNION ALL SELECT NULL, true, 0) u
+             ORDER BY u.unknown, u.r
+        LOOP
+            EXIT WHEN cardinality(v_lanes) >= p_limit;
+            EXECUTE format($q$
+                SELECT array_agg(s.lane_key)
+                  FROM (SELECT l.lane_key
+                          FROM {schema}.action_lane l
+                         WHERE l.head_kind %s AND l.next_at >= $5 AND %s
+                           AND l.lane_key <> ALL($6)
+                         ORDER BY l.next_at
+                         LIMIT %s
+                           FOR UPDATE OF l SKIP LOCKED) s
+                $q$, CASE WHEN v_unknown THEN 'IS NULL' ELSE '= $1' END, v_due,
+                p_limit - cardinality(v_lanes))
+              INTO v_more
+              USING v_kind, p_kinds, p_paths, p_suffixes, v_cutoff, v_lanes;
+            v_lanes := v_lanes || coalesce(v_more, '{}');
+        END LOOP;
+    END IF;
     IF cardinality(v_lanes) = 0 THEN
         RETURN;
     END IF;
