@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from outbox_core.testing import OutboxTestDatabase
+
+from .app_plugin import KIND as APP_KIND
 
 PASSWORD = "never-in-a-log-4711"
 
@@ -23,10 +26,17 @@ def run_until_listening(db: OutboxTestDatabase, *args: str) -> str:
     """``outbox run`` in a subprocess with a password in its URL (the test server trusts every
     login, so it is ignored), stopped with SIGTERM once it listens; its stderr."""
     url = make_conninfo(db.url, password=PASSWORD)
-    env = {**os.environ, "OUTBOX_DATABASE_URL": url, "OUTBOX_SHUTDOWN_SECONDS": "5"}
+    # A kind of the test application's own (only the core is installed in the core's session).
+    env = {
+        **os.environ,
+        "OUTBOX_DATABASE_URL": url,
+        "OUTBOX_SHUTDOWN_SECONDS": "5",
+        "OUTBOX_APP_PLUGINS": "tests.app_plugin",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "outbox_core.cli", "run", *args],
         env=env,
+        cwd=Path(__file__).resolve().parents[1],  # where `tests` is importable from
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -57,7 +67,7 @@ def test_run_logs_a_start_and_a_shutdown_line_without_the_password(
     assert PASSWORD not in stderr
     [started] = [line for line in stderr.splitlines() if " executor.started " in line]
     assert " INFO outbox executor.started version=" in started
-    assert "plugins=outbox-email " in started  # the kinds served, by their distribution
+    assert f"({APP_KIND})" in started.split("plugins=", 1)[1]  # the kinds, by their plugin
     assert f"schema={db.schema}" in started and f"/{db.name}" in started, started
     assert "concurrency=100" in started
     assert any(" INFO outbox executor.stopped " in line for line in stderr.splitlines())
@@ -71,7 +81,7 @@ def test_run_logs_one_json_object_a_line(db: OutboxTestDatabase) -> None:
     started = by_event["executor.started"]
     assert started["level"] == "INFO" and started["schema"] == db.schema
     assert started["database"].endswith(f"/{db.name}")
-    assert "outbox-email" in started["plugins"] and "EMAIL" in started["kinds"].split(",")
+    assert APP_KIND in started["plugins"] and APP_KIND in started["kinds"].split(",")
     assert "executor.stopped" in by_event
 
 
