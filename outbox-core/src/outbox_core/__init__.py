@@ -28,7 +28,7 @@ from .hookspecs import RegistrationContext, hookimpl, hookspec
 from .http_headers import provider_clock, retry_after
 from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
-from .observability import action_event
+from .observability import action_event, event
 from .outbox import Outbox, aenqueue, aenqueue_many, default_outbox, enqueue, enqueue_many
 from .person_data import PersonDataCatalog
 from .plugins import PluginHost, build_host, load_plugins
@@ -47,6 +47,7 @@ from .results import (
     Uncertain,
 )
 from .settings import OutboxSettings, SectionSettings
+from .sqlfiles import package_queries
 from .startup import StoppedKind
 from .states import ActionState
 from .status import StatusReport, collect_status
@@ -108,10 +109,12 @@ __all__ = [
     "enqueue_many",
     "erase_subject",
     "erasing_outbox",
+    "event",
     "hookimpl",
     "hookspec",
     "load_plugins",
     "migrate",
+    "package_queries",
     "provider_clock",
     "retry_after",
     "tune_collector",

@@ -42,11 +42,13 @@ def parse_named(text: str) -> dict[str, str]:
 
 
 @cache
-def _core_queries_text() -> str:
-    return resources.files("outbox_core").joinpath("sql/queries.sql").read_text("utf-8")
+def package_queries(package: str, path: str, schema: str) -> dict[str, str]:
+    """The named statements (``-- name: x``) of the SQL file ``path`` inside ``package``, with
+    the schema filled in: how the core and every plugin read their one SQL file."""
+    text = resources.files(package).joinpath(path).read_text("utf-8")
+    return {name: render(body, schema) for name, body in parse_named(text).items()}
 
 
-@cache
 def core_queries(schema: str) -> dict[str, str]:
     """The core's named statements with the schema filled in."""
-    return {name: render(body, schema) for name, body in parse_named(_core_queries_text()).items()}
+    return package_queries("outbox_core", "sql/queries.sql", schema)

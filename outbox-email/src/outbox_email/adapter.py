@@ -54,8 +54,8 @@ from outbox_core import (
     Retry,
     StopReason,
     Uncertain,
+    action_event,
 )
-from outbox_core.observability import action_event
 
 from .errors import InvalidMail
 from .message import data_transfer, message_id, render

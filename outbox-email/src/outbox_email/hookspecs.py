@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from outbox_core.hookspecs import hookspec
+from outbox_core import hookspec
 
 if TYPE_CHECKING:
     from .notices import EmailNotice

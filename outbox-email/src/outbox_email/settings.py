@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from outbox_core.settings import SectionSettings
+from outbox_core import SectionSettings
 
 from .errors import InvalidMail
 from .notices import parse_address

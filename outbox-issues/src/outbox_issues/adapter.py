@@ -71,8 +71,8 @@ from outbox_core import (
     Reread,
     Retry,
     StopReason,
+    action_event,
 )
-from outbox_core.observability import action_event
 
 from . import markers
 from .domain import FilingState, file_key, queries, sources

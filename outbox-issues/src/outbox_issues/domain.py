@@ -21,14 +21,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Generator
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
 
-from outbox_core import ActionRequest, Outbox
-from outbox_core.sqlfiles import parse_named, render
+from outbox_core import ActionRequest, Outbox, package_queries
 
 
 class FilingState(enum.StrEnum):
@@ -96,15 +93,9 @@ def cleanup_key(report_id: str) -> str:
     return f"cleanup:{report_id}"
 
 
-@cache
-def _queries_text() -> str:
-    return resources.files("outbox_issues").joinpath("sql/queries.sql").read_text("utf-8")
-
-
-@cache
 def queries(schema: str) -> dict[str, str]:
     """This package's named statements with the schema filled in."""
-    return {name: render(body, schema) for name, body in parse_named(_queries_text()).items()}
+    return package_queries("outbox_issues", "sql/queries.sql", schema)
 
 
 @dataclass(frozen=True, slots=True)

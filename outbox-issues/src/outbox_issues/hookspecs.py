@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from outbox_core.hookspecs import hookspec
+from outbox_core import hookspec
 
 if TYPE_CHECKING:
     from outbox_core import ActionRequest

@@ -91,9 +91,10 @@ from outbox_core import (
     Retry,
     StopReason,
     Uncertain,
+    action_event,
+    event,
     retry_after,
 )
-from outbox_core.observability import action_event, event
 
 from .domain import message_ref, on_ended, queries
 from .settings import SlackSettings

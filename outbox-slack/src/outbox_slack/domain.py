@@ -17,14 +17,11 @@ sees the first: an action is never left behind by a redaction that commits while
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from psycopg import AsyncConnection, Connection
 
-from outbox_core import Action, ActionState, Outbox, OutboxSettings, default_outbox
-from outbox_core.sqlfiles import parse_named, render
+from outbox_core import Action, ActionState, Outbox, OutboxSettings, default_outbox, package_queries
 from outbox_core.steps import Query, Steps, arun, run
 
 from .errors import UnknownEntry
@@ -33,15 +30,9 @@ EntryKind = Literal["question", "digest"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("question", "digest")
 
 
-@cache
-def _text() -> str:
-    return resources.files("outbox_slack").joinpath("queries.sql").read_text("utf-8")
-
-
-@cache
 def queries(schema: str) -> dict[str, str]:
     """outbox-slack's named statements with the schema filled in."""
-    return {name: render(body, schema) for name, body in parse_named(_text()).items()}
+    return package_queries("outbox_slack", "queries.sql", schema)
 
 
 @dataclass(frozen=True, slots=True)

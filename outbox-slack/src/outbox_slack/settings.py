@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from outbox_core.settings import SectionSettings
+from outbox_core import SectionSettings
 
 SLACK_API = "https://slack.com/api/"
 
