@@ -3,6 +3,8 @@ end-to-end suite; `nox -s bench` runs the benchmarks (not part of the default ru
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import nox
@@ -38,10 +40,36 @@ print("outbox distributions from the checkout:", sorted(
 """
 
 
+def _outbox_dependencies(package: str) -> list[str]:
+    """The outbox-* distributions that `package` depends on, then their own, and so on (names
+    of folders of this checkout): a package's session installs them from here, never from an
+    index."""
+    found: list[str] = []
+    pending = [package]
+    while pending:
+        project = tomllib.loads((ROOT / pending.pop() / "pyproject.toml").read_text())["project"]
+        for requirement in project.get("dependencies", []):
+            name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+            if name is None:
+                continue
+            dependency = name.group(0).lower().replace("_", "-")
+            if dependency.startswith("outbox-") and dependency not in found:
+                if not (ROOT / dependency / "pyproject.toml").is_file():
+                    raise RuntimeError(f"{package} depends on {dependency}, not in this checkout")
+                found.append(dependency)
+                pending.append(dependency)
+    return found
+
+
 def _local(session: nox.Session, *packages: str, extra: str = "test") -> None:
-    specs = [f"./outbox-core[{extra}]"] + [
-        f"./{package}[{extra}]" for package in packages if package != "outbox-core"
-    ]
+    """Installs `packages` with their test extra, and the outbox-* distributions they depend on
+    (the core always) from this checkout without extras."""
+    wanted = [p for p in packages if p != "outbox-core"]
+    dependencies = ["outbox-core"]
+    for package in wanted:
+        dependencies += _outbox_dependencies(package)
+    specs = [f"./outbox-core[{extra}]"] + [f"./{package}[{extra}]" for package in wanted]
+    specs += sorted({f"./{d}" for d in dependencies if d not in wanted and d != "outbox-core"})
     session.install(*specs)
     session.run("python", "-c", CHECK_LOCAL)
 
@@ -49,7 +77,8 @@ def _local(session: nox.Session, *packages: str, extra: str = "test") -> None:
 @nox.session(python="3.11")
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests with only outbox-core, that package and its test extra installed."""
+    """One package's tests with only outbox-core, that package with its test extra and the
+    outbox-* packages it depends on (from this checkout) installed."""
     _local(session, package)
     session.run("pytest", f"{package}/tests", "-p", "no:cacheprovider", *session.posargs)
 
