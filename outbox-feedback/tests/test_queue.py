@@ -5,6 +5,7 @@ ended hook queues exactly one correction. Both under concurrent callers (threads
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from outbox_feedback import (
     adecide,
     decide,
 )
-from outbox_issues.testing import GitHubTestServer
+from outbox_issues.testing import PUBLIC, GitHubTestServer
 
 from .conftest import action, feedback, one_each, store
 
@@ -161,3 +162,48 @@ def test_the_sync_queue_cannot_replace_a_send_and_says_to_use_aqueue(
         conn.rollback()
     assert action(feedback_db, first.action_id)[0] is ActionState.ADMITTED
     assert len(sends(feedback_db)) == 1
+
+
+def test_an_application_holding_the_feedback_row_delays_only_that_ending_and_loses_nothing(
+    feedback_db: OutboxTestDatabase,
+    tracker_server: GitHubTestServer,
+    pull: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="outbox")
+    first = store(feedback_db, pull)
+    other_pull = tracker_server.add_pull_request(PUBLIC, "Another change")
+    other = store(feedback_db, other_pull, "fb-2", items=())
+    tracker_server.hold("create_review_comment")  # only fb-1 has inline items
+    executor = run_in_background(feedback_db)
+    assert tracker_server.held.wait(30)
+
+    async def hold_the_row_while_the_send_ends() -> None:
+        async with await feedback_db.aconnect() as conn:
+            await adecide(conn, "fb-1", outbox=feedback_db.outbox, summary="Held decision.")
+            with pytest.raises(SendInProgress):
+                await FeedbackSendQueue(feedback_db.outbox).aqueue(conn, "fb-1")
+            tracker_server.release()
+            # The send ends now; its hook meets this transaction's row lock and fails under
+            # its short lock_timeout, and the core writes the ending again after a pause.
+            for _ in range(600):
+                if any(
+                    r.getMessage().startswith("action.ended.hook_failed") for r in caplog.records
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the send's ended hook never met the held row")
+            assert action(feedback_db, other.action_id)[0] is ActionState.DONE  # not stalled
+            await conn.commit()
+
+    asyncio.run(hold_the_row_while_the_send_ends())
+    executor.join(60)
+
+    rows = sends(feedback_db)
+    assert [(kind, state) for kind, _, state, _ in rows] == [
+        ("DELIVER_FEEDBACK", "DONE"),
+        (EDIT_FEEDBACK, "DONE"),
+    ]
+    assert action(feedback_db, first.action_id)[0] is ActionState.DONE
+    assert "Held decision." in one_each(tracker_server, pull)["summary"].body
