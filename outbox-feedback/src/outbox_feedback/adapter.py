@@ -138,6 +138,7 @@ class FeedbackAdapter(TrackerAdapter):
     kind: ClassVar[str] = "FEEDBACK_BASE"
     retracting: ClassVar[bool] = False
     stop_reasons = STOP_REASONS
+    event_prefix = "feedback"
     ended_lock_timeout_ms: ClassVar[int] = 250
     """How long the ended hook waits for the feedback's row lock in the ending batch."""
 
@@ -235,7 +236,7 @@ class FeedbackAdapter(TrackerAdapter):
                 assert listed.item is not None
                 found.update(listed.item)
         except TrackerError as error:
-            return self._failure(attempt, error, wrote=True)
+            return self.failure(attempt, error, wrote=True)
         lag = timedelta(seconds=self.settings.listing_lag_seconds)
         copies = dict(facts.copies)
         async with attempt.transaction() as conn:
@@ -314,14 +315,14 @@ class FeedbackAdapter(TrackerAdapter):
         except TrackerError as error:
             gone = isinstance(error, Refused) and error.status in (404, 410) and op != "create"
             if isinstance(error, Unanswered):
-                return self._failure(attempt, error, wrote=True)
+                return self.failure(attempt, error, wrote=True)
             async with attempt.transaction() as conn:
                 if gone:
                     settled = await self._absent(conn, facts, row)
                 else:
                     await conn.execute(self.named["copy_unwritten"], params)
             if not gone:
-                return self._failure(attempt, error, wrote=wrote)
+                return self.failure(attempt, error, wrote=wrote)
             facts = replace(facts, copies={**facts.copies, item_id: settled})
             if op == "update":  # the edit found its copy gone: create it again
                 self.event("feedback.copy_gone", attempt, logging.INFO, item=item_id)
@@ -384,27 +385,15 @@ class FeedbackAdapter(TrackerAdapter):
             write_started_at=None,
         )
 
-    def _failure(
-        self, attempt: ActionAttempt, error: TrackerError, *, wrote: bool
-    ) -> AdapterResult:
+    def result_of(self, attempt: ActionAttempt, error: TrackerError, wrote: bool) -> AdapterResult:
         """``result_for``'s answer, except that once a copy of this attempt may have been
-        written, a rate limit or a refused connection keeps the fence (Reread)."""
+        written, a rate limit or a refused connection keeps the fence (Reread). The copy rows,
+        not the action's fence, say what earlier attempts may have written."""
         if wrote and isinstance(error, RateLimited):
-            result: AdapterResult = Reread(after=timedelta(seconds=error.wait_seconds))
-        elif wrote and isinstance(error, NotSent):
-            result = Reread()
-        else:
-            result = result_for(error, may_have_written=wrote)
-        level = logging.WARNING if isinstance(result, Failed) else logging.INFO
-        self.event(
-            "feedback.tracker." + type(error).__name__.lower(),
-            attempt,
-            level,
-            status=error.status,
-            result=type(result).__name__,
-            error=str(error)[:300],
-        )
-        return result
+            return Reread(after=timedelta(seconds=error.wait_seconds))
+        if wrote and isinstance(error, NotSent):
+            return Reread()
+        return result_for(error, may_have_written=wrote)
 
     # -- ended ---------------------------------------------------------------------------------
 

@@ -169,22 +169,61 @@ def create_feedback_steps(
 
 
 def create_feedback(
-    conn: Connection[Any], feedback_id: str, *, outbox: Outbox | None = None, **fields: Any
+    conn: Connection[Any],
+    feedback_id: str,
+    *,
+    workspace_id: str,
+    author_account_id: str,
+    repository: str,
+    pull_number: int,
+    summary: str,
+    items: Sequence[Item] = (),
+    outbox: Outbox | None = None,
 ) -> bool:
-    """Store a feedback on a pull request (``workspace_id``, ``author_account_id`` of the
-    reviewed work, ``repository``, ``pull_number``, ``summary``, ``items``) in ``conn``'s
-    transaction. False when it was stored before (nothing changes then). Queue its first
-    send with :meth:`FeedbackSendQueue.queue` in the same transaction."""
+    """Store a feedback on a pull request in ``conn``'s transaction: its workspace, the author
+    of the reviewed work (person data: the sends' subject), the repository (``owner/name``) and
+    pull request, the summary and the inline items. False when it was stored before (nothing
+    changes then). Queue its first send with :meth:`FeedbackSendQueue.queue` in the same
+    transaction. Invalid input raises :class:`~outbox_core.InvalidRequest`, writing nothing."""
     outbox = outbox if outbox is not None else default_outbox()
-    return run(conn, create_feedback_steps(outbox, feedback_id, **fields))
+    steps = create_feedback_steps(
+        outbox,
+        feedback_id,
+        workspace_id=workspace_id,
+        author_account_id=author_account_id,
+        repository=repository,
+        pull_number=pull_number,
+        summary=summary,
+        items=items,
+    )
+    return run(conn, steps)
 
 
 async def acreate_feedback(
-    conn: AsyncConnection[Any], feedback_id: str, *, outbox: Outbox | None = None, **fields: Any
+    conn: AsyncConnection[Any],
+    feedback_id: str,
+    *,
+    workspace_id: str,
+    author_account_id: str,
+    repository: str,
+    pull_number: int,
+    summary: str,
+    items: Sequence[Item] = (),
+    outbox: Outbox | None = None,
 ) -> bool:
     """The async twin of :func:`create_feedback`."""
     outbox = outbox if outbox is not None else default_outbox()
-    return await arun(conn, create_feedback_steps(outbox, feedback_id, **fields))
+    steps = create_feedback_steps(
+        outbox,
+        feedback_id,
+        workspace_id=workspace_id,
+        author_account_id=author_account_id,
+        repository=repository,
+        pull_number=pull_number,
+        summary=summary,
+        items=items,
+    )
+    return await arun(conn, steps)
 
 
 def _open_feedback_steps(named: dict[str, str], feedback_id: str) -> Steps[tuple[Any, ...]]:
@@ -218,20 +257,30 @@ def decide_steps(
 
 
 def decide(
-    conn: Connection[Any], feedback_id: str, *, outbox: Outbox | None = None, **changes: Any
+    conn: Connection[Any],
+    feedback_id: str,
+    *,
+    summary: str | None = None,
+    items: Sequence[Item] | None = None,
+    outbox: Outbox | None = None,
 ) -> int:
     """A new decision: the ``summary`` and/or the inline ``items`` (the whole list, which
     replaces the last one). Returns the new revision. Queue its send in the same transaction."""
     outbox = outbox if outbox is not None else default_outbox()
-    return run(conn, decide_steps(outbox, feedback_id, **changes))
+    return run(conn, decide_steps(outbox, feedback_id, summary=summary, items=items))
 
 
 async def adecide(
-    conn: AsyncConnection[Any], feedback_id: str, *, outbox: Outbox | None = None, **changes: Any
+    conn: AsyncConnection[Any],
+    feedback_id: str,
+    *,
+    summary: str | None = None,
+    items: Sequence[Item] | None = None,
+    outbox: Outbox | None = None,
 ) -> int:
     """The async twin of :func:`decide`."""
     outbox = outbox if outbox is not None else default_outbox()
-    return await arun(conn, decide_steps(outbox, feedback_id, **changes))
+    return await arun(conn, decide_steps(outbox, feedback_id, summary=summary, items=items))
 
 
 def mark_steps(outbox: Outbox, feedback_id: str, item_id: str, *, resolved: bool) -> Steps[int]:

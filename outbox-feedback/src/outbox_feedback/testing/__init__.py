@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from outbox_issues.testing import GitHubTestServer
+from outbox_issues.testing import GitHubTestServer, bind_kinds
 
 from ..adapter import ADAPTERS, FeedbackAdapter
 from ..copies import copy_marker
@@ -34,20 +34,8 @@ def serve_feedback(
     database talk to ``server`` (``settings`` override the server's defaults; a listing proves
     a copy absent at once unless ``listing_lag_seconds`` says otherwise). Returns the adapter
     classes now registered."""
-    bound_settings = server.settings(**{"listing_lag_seconds": 0.0, **settings})
-    bound = []
-    for adapter in ADAPTERS:
-        current = db.registry.get(adapter.kind) if adapter.kind in db.registry else None
-        cls = adapter.bind(bound_settings)
-        if current is not None:
-            db.registry.unregister(adapter.kind)
-        db.registry.register(
-            cls,
-            distribution=current.distribution if current is not None else "outbox-feedback",
-            version=current.version if current is not None else "",
-        )
-        bound.append(cls)
-    return bound
+    tracker = server.settings(**{"listing_lag_seconds": 0.0, **settings})
+    return bind_kinds(db, ADAPTERS, tracker, "outbox-feedback")
 
 
 def copies_on(

@@ -31,7 +31,7 @@ from ..domain import VARIANT, lane, queries
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
-    from outbox_core.testing.conformance import ConformanceTarget, Fault
+    from outbox_core.testing.conformance import ConformanceTarget
 
 WORKSPACE = "ws-conformance"
 AUTHOR = "acct-conformance"
@@ -65,7 +65,7 @@ class FeedbackProvider(IssuesProvider):
         if self.kind == DELIVER_FEEDBACK:
             marker = copy_marker(feedback_id, SUMMARY)
             return sum(1 for c in self.server.comments_on(PUBLIC, pull) if marker in c.body)
-        op = WRITES[self.kind]
+        op = self.write_op()
         with self.server.lock:
             recorded = [write for write in self.server.writes if write.op == op]
         if self.kind == RETRACT_FEEDBACK:
@@ -74,16 +74,8 @@ class FeedbackProvider(IssuesProvider):
         own = markers.inert_key(request.idempotency_key)
         return sum(1 for write in recorded if own in write.markers)
 
-    def fault(self, fault: Fault) -> None:
-        self._looked()
-        op = WRITES[self.kind]
-        match fault:
-            case "refuse":
-                self.server.refuse_connections()
-            case "drop":
-                self.server.drop(op, after_recording=True)
-            case "stall":
-                self.server.stall(op, after_recording=True)
+    def write_op(self) -> str:
+        return WRITES[self.kind]
 
     def request(self, db: OutboxTestDatabase, key: str, canary: str) -> ActionRequest:
         """A valid request of the kind whose key begins with ``key`` (the variant appended),
