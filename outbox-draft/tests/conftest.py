@@ -121,10 +121,10 @@ def log_filing_states(db: OutboxTestDatabase) -> None:
         CREATE FUNCTION {schema}.log_filing_state() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF NEW.state IS DISTINCT FROM OLD.state THEN
-                INSERT INTO filing_state_log (report_id, state) VALUES (NEW.report_id, NEW.state);
+                INSERT INTO {schema}.filing_state_log (report_id, state) VALUES (NEW.report_id, NEW.state);
             END IF;
             RETURN NEW;
-        END $$ SET search_path FROM CURRENT;
+        END $$;
         CREATE TRIGGER log_filing_state AFTER UPDATE ON {schema}.issue_filing
             FOR EACH ROW EXECUTE FUNCTION {schema}.log_filing_state();
         """

@@ -115,6 +115,11 @@ class ModelTestServer:
         self.served: list[Recorded] = []
         """The completion requests answered with a completion."""
         self.default = Behaviour("answer")
+        self.delay_seconds = 0.0
+        """How long each answer takes (the model thinking), for tests of calls in flight."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most completions that were being answered at once."""
         self._queue: list[Behaviour] = []
         self._release = threading.Event()
         self._before_answer: list[Callable[[Recorded], None]] = []
@@ -437,6 +442,15 @@ class _Handler(BaseHTTPRequestHandler):
             case "drop":
                 self._drop()
             case "answer":
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if server.delay_seconds:
+                        time.sleep(server.delay_seconds)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
                 answer = server.completion(behaviour, recorded)
                 with server.lock:
                     callbacks = list(server._before_answer)
