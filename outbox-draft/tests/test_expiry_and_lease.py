@@ -3,17 +3,19 @@ lease: an answer is never kept by an attempt whose lease another claim took over
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 
-from outbox_core import ActionState, StopReason
+from outbox_core import ActionState, StopReason, erase_subject
 from outbox_core.testing import OutboxTestDatabase
 from outbox_draft.testing import ModelTestServer, Recorded
 from outbox_issues import FilingState
 from outbox_issues.testing import PUBLIC, GitHubTestServer
 
 from .conftest import (
+    REPORTER,
     TEXT,
     TITLE,
     action,
@@ -111,3 +113,25 @@ def test_an_attempt_whose_lease_was_taken_over_after_the_answer_keeps_nothing(
     draft_db.drain()
     assert action(draft_db, "draft:r1:1")[:2] == (ActionState.DONE, StopReason.COMPLETED)
     assert kept(draft_db)[0] == 1
+
+
+def test_an_answer_that_arrives_after_the_reporter_was_erased_is_not_kept(
+    filing_db: OutboxTestDatabase, model_server: ModelTestServer, tracker_server: GitHubTestServer
+) -> None:
+    def erase(_: Recorded) -> None:
+        async def run() -> None:
+            async with await filing_db.aconnect() as conn:
+                await erase_subject(conn, REPORTER, outbox=filing_db.outbox)
+                await conn.commit()
+
+        asyncio.run(run())
+
+    submit(filing_db)
+    model_server.before_answer(erase)
+
+    filing_db.drain()
+
+    assert action(filing_db, "draft:r1:1")[:2] == (ActionState.CANCELLED, "REPORT_ERASED")
+    assert kept(filing_db) == (None, None, None)
+    assert filing_db.scalar("SELECT count(*) FROM {schema}.issue_report") == 0
+    assert tracker_server.issues_in(PUBLIC) == []  # the FILE_ISSUE behind it was cancelled
