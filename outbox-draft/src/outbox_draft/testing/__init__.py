@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..adapter import DRAFT_REPORT, DraftReportAdapter
+from ..adapter import DraftReportAdapter
 from .provider import DraftProvider, conformance_target
 from .server import API_KEY, CANNED, MODEL, Behaviour, ModelTestServer, Recorded
 
@@ -42,13 +42,5 @@ def serve_draft(
 ) -> type[DraftReportAdapter]:
     """Make ``DRAFT_REPORT`` in this test's database talk to ``server`` (``settings`` override
     the server's defaults, e.g. ``max_in_flight_total=1``). Returns the class now registered."""
-    current = db.registry.get(DRAFT_REPORT) if DRAFT_REPORT in db.registry else None
     bound = DraftReportAdapter.bind(settings=server.settings(**settings))
-    if current is not None:
-        db.registry.unregister(DRAFT_REPORT)
-    db.registry.register(
-        bound,
-        distribution=current.distribution if current is not None else "outbox-draft",
-        version=current.version if current is not None else "",
-    )
-    return bound
+    return db.replace_adapter(bound, distribution="outbox-draft")

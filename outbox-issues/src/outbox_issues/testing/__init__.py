@@ -47,19 +47,10 @@ def bind_kinds(
 ) -> list[type[A]]:
     """Register ``adapters`` bound to ``settings`` in this test's database in place of the
     registered ones (keeping their distribution and version). Returns the bound classes."""
-    bound = []
-    for adapter in adapters:
-        current = db.registry.get(adapter.kind) if adapter.kind in db.registry else None
-        cls = adapter.bind(settings)
-        if current is not None:
-            db.registry.unregister(adapter.kind)
-        db.registry.register(
-            cls,
-            distribution=current.distribution if current is not None else distribution,
-            version=current.version if current is not None else "",
-        )
-        bound.append(cls)
-    return bound
+    return [
+        db.replace_adapter(adapter.bind(settings), distribution=distribution)
+        for adapter in adapters
+    ]
 
 
 def serve_issues(
