@@ -10,11 +10,11 @@
 WITH new_action AS (
     INSERT INTO {schema}.agent_action (
         kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
-        subject_account_id, state, max_attempts, due_at, expires_at)
+        subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
     VALUES (
         %(kind)s, %(at_most_once)s, %(instance_level)s, %(workspace_id)s, %(lane_key)s,
         %(idempotency_key)s, %(payload)s, %(subject_account_id)s, %(state)s, %(max_attempts)s,
-        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s)
+        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s, %(trace_context)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
@@ -45,16 +45,18 @@ WITH input AS (
             %(kind)s::text[], %(at_most_once)s::boolean[], %(instance_level)s::boolean[],
             %(workspace_id)s::text[], %(lane_key)s::text[], %(idempotency_key)s::text[],
             %(payload)s::jsonb[], %(subject_account_id)s::text[], %(state)s::text[],
-            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[])
+            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[],
+            %(trace_context)s::jsonb[])
            WITH ORDINALITY AS i(kind, at_most_once, instance_level, workspace_id, lane_key,
                                 idempotency_key, payload, subject_account_id, state,
-                                max_attempts, due_at, expires_at, position)
+                                max_attempts, due_at, expires_at, trace_context, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
-        payload, subject_account_id, state, max_attempts, due_at, expires_at)
+        payload, subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
     SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
-           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
+           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at,
+           trace_context
       FROM (-- The ids, drawn in the caller's order; OFFSET 0 keeps the sort below from drawing
             -- them in key order. A key that turns out to exist wastes its id, as a conflicting
             -- insert of the column's default would.
@@ -82,6 +84,12 @@ WITH input AS (
 SELECT idempotency_key, id,
        (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
   FROM new_action
+
+-- name: trace_contexts
+-- The trace contexts stored at enqueue of the actions about to run (only while tracing is on).
+SELECT id, trace_context
+  FROM {schema}.agent_action
+ WHERE id = ANY(%(ids)s::bigint[]) AND trace_context IS NOT NULL
 
 -- name: find_by_keys
 SELECT idempotency_key, id, kind, lane_key
