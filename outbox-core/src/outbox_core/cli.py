@@ -271,6 +271,23 @@ def show(state: State, action_id: int, payload: bool) -> None:
     click.echo(json.dumps(action.as_dict(with_payload=payload), indent=2, default=str))
 
 
+@main.command("run-now", epilog=CONFIG_HELP)
+@click.argument("action_id", type=click.IntRange(min=1))
+@click.pass_obj
+@_guard
+def run_now(state: State, action_id: int) -> None:
+    """Carry out an admitted lane head at once (claimed and fenced as any claim), then print
+    how it stands. Refused for an action that is not a claimable head."""
+    url = state.require_url()
+    outbox = state.outbox()
+    from .operator import run_now as run_action_now
+
+    action = asyncio.run(run_action_now(outbox, url, action_id))
+    click.echo(
+        f"ran action {action.id} ({action.kind} in lane {action.lane_key}): now {action.state}"
+    )
+
+
 @main.command(epilog=CONFIG_HELP)
 @click.argument("action_id", type=click.IntRange(min=1))
 @click.pass_obj
@@ -279,31 +296,11 @@ def cancel(state: State, action_id: int) -> None:
     """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
     url = state.require_url()
     outbox = state.outbox()
-
-    from .action import Action
-    from .states import ActionState
+    from .operator import cancel_unstarted
 
     async def go() -> Any:
         async with aconnected(url) as conn:
-            cancelled = await outbox.acancel(conn, action_id)
-            if cancelled is None:
-                cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
-                row = await cursor.fetchone()
-                await conn.rollback()
-                if row is None:
-                    fail(f"no action {action_id}")
-                action = Action.from_row(row)
-                if action.state == ActionState.ADMITTED and action.write_started_at is not None:
-                    fail(
-                        f"action {action_id} waits out a deferral after its write started (the "
-                        "effect may exist): it is read back, not cancelled"
-                    )
-                fail(
-                    f"action {action_id} is {action.state}: only an action that has not started "
-                    "(PROPOSED or ADMITTED) can be cancelled"
-                )
-            await conn.commit()
-            return cancelled
+            return await cancel_unstarted(conn, outbox, action_id)
 
     cancelled = asyncio.run(go())
     click.echo(f"cancelled action {cancelled.id} ({cancelled.kind} in lane {cancelled.lane_key})")
