@@ -94,8 +94,6 @@ def test_the_attempt_span_is_a_child_of_the_enqueuing_span_and_links_to_it(
         "messaging.operation.name": "execute",
         "messaging.destination.name": "TEST_SCRIPTED",
         "messaging.message.id": str(action_id),
-        "outbox.action.id": action_id,
-        "outbox.action.kind": "TEST_SCRIPTED",
         "outbox.action.attempt": 1,
         "outbox.action.epoch": 1,
         "outbox.result": "Done",

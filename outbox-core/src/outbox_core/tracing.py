@@ -95,8 +95,6 @@ def start_attempt(claimed: ClaimedAction, stored: Mapping[str, Any] | None) -> S
             "messaging.operation.name": "execute",
             "messaging.destination.name": claimed.kind,
             "messaging.message.id": str(claimed.id),
-            "outbox.action.id": claimed.id,
-            "outbox.action.kind": claimed.kind,
             "outbox.action.attempt": claimed.attempt,
             "outbox.action.epoch": claimed.epoch,
         },
