@@ -18,9 +18,10 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "types", "tests", "e2e"]
 nox.options.reuse_existing_virtualenvs = False
 
-# The core's optional extras that the e2e suite tests (tests/integrations: the ORMs); the core's
-# own session installs none of them, so the core alone is tested without them too.
-CORE_E2E_EXTRAS = ("sqlalchemy", "django")
+# The core's optional extras that the e2e suite tests (tests/integrations: the ORMs;
+# tests/dashboard: the dashboard in Chromium); the core's own session installs none of them,
+# so the core alone is tested without them too.
+CORE_E2E_EXTRAS = ("sqlalchemy", "django", "dashboard")
 
 # Fails the session when an outbox-* distribution was installed from an index instead of this
 # checkout (a published outbox-core must never stand in for the one under test).

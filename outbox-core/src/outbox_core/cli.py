@@ -271,6 +271,48 @@ def show(state: State, action_id: int, payload: bool) -> None:
     click.echo(json.dumps(action.as_dict(with_payload=payload), indent=2, default=str))
 
 
+@main.command(epilog=CONFIG_HELP)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8321, show_default=True, type=click.IntRange(1, 65535))
+@click.pass_obj
+@_guard
+def dashboard(state: State, host: str, port: int) -> None:
+    """Serve the operators' dashboard (extra outbox-core[dashboard]): the backlog, blocked
+    lanes, UNCERTAIN actions, failures, throughput, the installed kinds; cancel and run-now.
+    Bound to 127.0.0.1 by default; bound elsewhere it needs OUTBOX_DASHBOARD_TOKEN, which every
+    request must then carry (open it once with ?token=...)."""
+    import ipaddress
+    import os
+
+    token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and token is None:
+        fail(
+            f"--host {host}: a dashboard bound beyond this machine needs a token; set "
+            "OUTBOX_DASHBOARD_TOKEN (a long random string) or bind to 127.0.0.1",
+            EXIT_USAGE,
+        )
+    if token is not None and len(token) < 16:
+        fail("OUTBOX_DASHBOARD_TOKEN: use at least 16 characters", EXIT_USAGE)
+    url = state.require_url()
+    try:
+        import uvicorn
+
+        from .dashboard import create_app
+    except ImportError as exc:
+        fail(
+            f"the dashboard needs its extra ({exc.name} is missing): "
+            "pip install 'outbox-core[dashboard]'"
+        )
+    app = create_app(state.outbox(), url, token=token)
+    guarded = " (token required)" if token else ""
+    click.echo(f"outbox dashboard on http://{host}:{port}/{guarded}")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
 @main.command("run-now", epilog=CONFIG_HELP)
 @click.argument("action_id", type=click.IntRange(min=1))
 @click.pass_obj

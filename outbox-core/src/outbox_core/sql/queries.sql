@@ -485,3 +485,43 @@ ON CONFLICT (kind) DO NOTHING
 SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at IS NOT NULL)
   FROM {schema}.agent_action
  WHERE id = ANY(%(ids)s::bigint[])
+
+-- The dashboard's panels (outbox_core/dashboard). Each reads what an operator reviews, never
+-- a payload.
+
+-- name: dashboard_state_counts
+-- Every action by kind and state (the ended ones too, until retention deletes them): one pass
+-- over the table, made when a page or a live refresh asks (at most once a second per viewer).
+SELECT kind, state, count(*) FROM {schema}.agent_action GROUP BY kind, state ORDER BY kind, state
+
+-- name: dashboard_oldest_due
+SELECT id, kind, lane_key, due_at, extract(epoch FROM now() - due_at)::float8
+  FROM {schema}.agent_action
+ WHERE state = 'ADMITTED' AND due_at <= now()
+ ORDER BY due_at, id
+ LIMIT 1
+
+-- name: dashboard_uncertain
+-- The UNCERTAIN actions to review, newest first (the partial index of UNCERTAIN rows).
+SELECT id, kind, lane_key, readback_ref, stop_reason, ended_at
+  FROM {schema}.agent_action
+ WHERE state = 'UNCERTAIN'
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
+-- name: dashboard_failures
+-- Failures of the last day by kind and stop reason (through the index of ended actions).
+SELECT kind, stop_reason, count(*), max(ended_at)
+  FROM {schema}.agent_action
+ WHERE state = 'FAILED' AND ended_at > now() - interval '1 day'
+ GROUP BY kind, stop_reason
+ ORDER BY count(*) DESC, kind, stop_reason
+
+-- name: dashboard_throughput
+-- Actions ended in each minute of the last hour, by the state they ended in; minutes without
+-- any are left out (the page draws them as empty).
+SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
+  FROM {schema}.agent_action
+ WHERE ended_at > now() - interval '1 hour'
+ GROUP BY 1, 2
+ ORDER BY 1, 2
