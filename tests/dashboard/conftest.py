@@ -133,7 +133,9 @@ class Served:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         app = create_app(db.outbox, db.url, token=token)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=3
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
 
@@ -153,6 +155,7 @@ class Served:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        assert not self.thread.is_alive(), "the dashboard did not stop"
 
 
 @pytest.fixture

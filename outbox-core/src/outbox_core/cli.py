@@ -310,7 +310,8 @@ def dashboard(state: State, host: str, port: int) -> None:
     app = create_app(state.outbox(), url, token=token)
     guarded = " (token required)" if token else ""
     click.echo(f"outbox dashboard on http://{host}:{port}/{guarded}")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Open pages hold their event streams: a stop waits this long for them, then ends them.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
 
 
 @main.command("run-now", epilog=CONFIG_HELP)
