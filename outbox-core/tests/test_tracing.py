@@ -245,3 +245,19 @@ def test_a_provider_clients_span_nests_under_the_attempt_span(
     (client,) = [s for s in spans.get_finished_spans() if s.name == "POST"]
     (attempt,) = attempt_spans(spans)
     assert client.parent is not None and client.parent.span_id == attempt.context.span_id
+
+
+async def test_an_action_enqueued_without_a_span_gets_root_attempt_spans(
+    db: OutboxTestDatabase, spans: InMemorySpanExporter
+) -> None:
+    scripted(Done())
+    async with await db.aconnect() as conn:
+        await db.outbox.aenqueue(conn, ActionRequest("TEST_SCRIPTED", "lane", "k"))
+        await conn.commit()
+    # An executor started inside some span of the application: its attempts are not its
+    # children (only the span that enqueued is a parent).
+    with trace.get_tracer("app").start_as_current_span("startup"):
+        async with db.executor() as executor:
+            await executor.drain()
+    (span,) = attempt_spans(spans)
+    assert span.parent is None and span.links == ()

@@ -79,11 +79,12 @@ def current_context() -> dict[str, str] | None:
 
 
 def start_attempt(claimed: ClaimedAction, stored: Mapping[str, Any] | None) -> Span:
-    """Start the span of one attempt: child of the enqueuing span's stored context (a root
-    span when there is none, or it does not parse), linked to it."""
-    parent = _propagator.extract(dict(stored)) if stored else None
-    parent_span = trace.get_current_span(parent).get_span_context() if parent else None
-    links = [Link(parent_span)] if parent_span is not None and parent_span.is_valid else None
+    """Start the span of one attempt: child of the enqueuing span's stored context, linked to
+    it; a root span when there is none, or it does not parse (never a child of whatever span
+    was current where the executor's tasks were started)."""
+    parent = _propagator.extract(dict(stored)) if stored else context.Context()
+    parent_span = trace.get_current_span(parent).get_span_context()
+    links = [Link(parent_span)] if parent_span.is_valid else None
     return _get_tracer().start_span(
         f"outbox.execute {claimed.kind}",
         context=parent,
