@@ -272,7 +272,6 @@ class Run:
             f"the payload's canary string is in {len(holding)} record(s): {holding[:5]}",
         )
 
-
     def verify_details(self) -> None:
         """A result's detail is kept on the action for operators (outbox_core.results): it
         never holds a payload value."""
