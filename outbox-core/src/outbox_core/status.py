@@ -100,7 +100,9 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     for kind, executing in conn.execute(queries["backlog_executing"], params):
         stats.setdefault(kind, {})["executing"] = executing
     for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):
-        # Read a moment after the due heads: a head claimed in between must not count twice.
+        # The waiting actions are the admitted ones less the due heads; read by a later
+        # statement (the caller's connection, not one snapshot), so a head claimed in between
+        # must not make the difference negative.
         waiting = max(admitted - due_admitted.get(kind, 0), 0)
         stats.setdefault(kind, {}).update(waiting=waiting, proposed=proposed)
     for kind, count in conn.execute(outbox.queries["uncertain_counts"], {"kinds": flt.kinds}):

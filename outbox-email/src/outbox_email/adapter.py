@@ -39,6 +39,7 @@ import asyncio
 import logging
 import re
 import socket
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -85,6 +86,20 @@ NO_NOTICE = "outbox_email:none"
 def refused_reason(code: int) -> str:
     """The stop reason of a 5xx refusal: ``SMTP_550``."""
     return f"SMTP_{code}"
+
+
+def _connect_stage(exc: BaseException) -> str:
+    """Where opening a session failed, when the exception says so: aiosmtplib opens, greets,
+    says EHLO, starts TLS and logs in within one ``connect()``."""
+    lib = _lib()
+    if isinstance(exc, lib.SMTPAuthenticationError):
+        return " at AUTH"
+    # aiosmtplib's own words when the relay offers no STARTTLS, or refuses it.
+    if isinstance(exc, lib.SMTPException) and "STARTTLS" in str(exc).upper():
+        return " at STARTTLS"
+    if isinstance(exc, ssl.SSLError):
+        return " at the TLS handshake"
+    return ""
 
 
 # An enhanced status code (RFC 3463) at the start of a reply's text: "5.1.1 <a@b>: unknown".
@@ -412,7 +427,10 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 detail=str(exc)[:300],  # the relay's or TLS's words, never the message
             )
             answer = f", {smtp_detail(code, getattr(exc, 'message', None))}" if code else ""
-            return Retry(detail=f"connecting to the relay failed: {type(exc).__name__}{answer}")
+            stage = _connect_stage(exc)
+            return Retry(
+                detail=f"connecting to the relay failed{stage}: {type(exc).__name__}{answer}"
+            )
         try:
             fenced = await attempt.fence().begin_write()
         except BaseException:
