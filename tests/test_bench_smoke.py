@@ -70,3 +70,36 @@ def test_ratios_are_taken_run_by_run_and_peers_without_a_feature_are_marked(tmp_
     assert run_all.NO_LANES in text
     run_all.plot(table, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 5_000
+
+
+def test_the_gauge_bench_times_every_gauge_statement_of_both_builds() -> None:
+    queries = REPO / "outbox-core" / "src" / "outbox_core" / "sql" / "queries.sql"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "gauges.py"),
+            "--shape",
+            "behind_backoff",
+            "--count",
+            "20000",
+            "--runs",
+            "1",
+            "--queries",
+            str(queries),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=REPO / "bench",
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = [json.loads(line) for line in completed.stdout.splitlines()]
+    timed = {(row["build"], row["statement"]) for row in rows}
+    for build in ("this", "before"):
+        assert {
+            (build, "backlog_due"),
+            (build, "backlog_counts"),
+            (build, "blocked_lanes"),
+        } <= timed
+    assert all(row["ms"] > 0 for row in rows)

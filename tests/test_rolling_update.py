@@ -92,8 +92,12 @@ def test_an_older_build_leaves_a_newer_builds_rows_alone_and_they_keep_their_lan
     assert state(db, a_behind) == ("ADMITTED", 0, None)  # waits behind the row it cannot decode
     assert state(db, b_crashed) == ("EXECUTING", 1, None)  # not reclaimed, not reaped
     assert sample["executing"].get(KIND, 0) == 0  # the crashed b row is not counted
-    assert sample["due"].get(KIND, 0) == 1  # only a_behind; b_head is not counted
+    # a_behind waits behind a head this build cannot decode: waiting, not due; b_head is not
+    # counted at all, and neither is the crashed b row.
+    assert sample["due"].get(KIND, 0) == 0
+    assert sample["waiting"].get(KIND, 0) == 1
     assert sample["due"].get(NEW_KIND, 0) == 0
+    assert sample["waiting"].get(NEW_KIND, 0) == 0
 
     run_build(db, 2, scenario)
     for action_id in (b_head, a_behind, b_crashed):

@@ -336,6 +336,14 @@ class LogsThePayload(LoopbackAdapter):
         return await super().execute(attempt)
 
 
+class DetailsThePayload(LoopbackAdapter):
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        result = await super().execute(attempt)
+        if isinstance(result, Done):
+            return Done(result.readback_ref, detail=f"sent {attempt.payload}")
+        return result
+
+
 class DraftThatFences(LoopbackDraftAdapter):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         if not await attempt.fence().begin_write():

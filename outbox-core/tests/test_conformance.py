@@ -134,6 +134,11 @@ BROKEN: list[tuple[type[LoopbackAdapter], Check, str]] = [
         checks.no_payload_value_in_log_records,
         "no payload value appears in a log record",
     ),
+    (
+        loopback.DetailsThePayload,
+        checks.no_payload_value_in_log_records,
+        "no payload value appears in a result's detail",
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -189,3 +190,75 @@ async def test_lanes_blocked_counts_a_head_that_a_chained_claim_found(
     with db.connect() as conn:
         report = collect_status(conn, db.outbox)
     assert {status.kind: status.lanes_blocked for status in report.kinds}["TEST_SCRIPTED"] == lanes
+
+
+async def test_actions_behind_a_head_in_backoff_wait_and_the_oldest_due_age_does_not_age_them(
+    db: OutboxTestDatabase,
+) -> None:
+    """Due means a lane head that could start now. A head waiting out a long backoff and the
+    actions queued behind it are waiting, however long ago those fell due: counted as due and
+    aged, they fired the "actions not moving" alert on a healthy system."""
+
+    async def backoff(attempt: ActionAttempt) -> AdapterResult:
+        return Retry(timedelta(hours=1), detail="SMTP 451 4.7.1")
+
+    ScriptedAdapter.script = backoff
+    with db.connect() as conn:
+        for index in range(3):
+            db.outbox.enqueue(conn, ActionRequest("TEST_SCRIPTED", "held", f"held-{index}"))
+        conn.commit()
+    async with db.executor() as executor:
+        rows, _ = await executor.claims.claim(10)
+        await asyncio.gather(*executor.attempts.dispatch(rows))
+    # The actions behind the head have been due for an hour; a lane of its own is due.
+    db.execute(
+        "UPDATE {schema}.agent_action SET due_at = now() - interval '1 hour'"
+        " WHERE idempotency_key IN ('held-1', 'held-2')"
+    )
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "free", "free-0"))
+        conn.commit()
+    db.execute(
+        "UPDATE {schema}.agent_action SET due_at = now() - interval '5 s'"
+        " WHERE idempotency_key = 'free-0'"
+    )
+    async with db.executor() as executor:
+        snapshot = await executor.sample_backlog()
+    assert snapshot.due == {"TEST_NOOP": 1}
+    assert snapshot.waiting == {"TEST_SCRIPTED": 3}
+    assert "TEST_SCRIPTED" not in snapshot.oldest_due_age
+    assert 5 <= snapshot.oldest_due_age["TEST_NOOP"] < 3600
+    ages = {a["kind"]: v for a, v in points("action.backlog.oldest_due_age")}
+    assert ages["TEST_SCRIPTED"] == 0
+    waiting = {a["kind"]: v for a, v in points("action.backlog.waiting")}
+    assert waiting["TEST_SCRIPTED"] == 3
+    with db.connect() as conn:
+        report = collect_status(conn, db.outbox)
+    kinds = {k.kind: k for k in report.kinds}
+    assert (kinds["TEST_SCRIPTED"].due, kinds["TEST_SCRIPTED"].waiting) == (0, 3)
+    assert kinds["TEST_SCRIPTED"].oldest_due_age_seconds == 0
+    assert (kinds["TEST_NOOP"].due, kinds["TEST_NOOP"].waiting) == (1, 0)
+
+
+async def test_a_head_whose_lease_ran_out_is_due_not_executing(db: OutboxTestDatabase) -> None:
+    """Nobody runs it (its executor died): a claim takes it again now, so it is due, and its
+    age counts from the end of its lease."""
+    with db.connect() as conn:
+        for index in range(2):
+            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lost", f"lost-{index}"))
+        conn.commit()
+    async with db.executor() as executor:
+        rows, _ = await executor.claims.claim(1)  # claimed, never run
+        assert len(rows) == 1
+        db.execute(
+            "UPDATE {schema}.agent_action SET lease_until = now() - interval '30 s'"
+            " WHERE state = 'EXECUTING'"
+        )
+        db.execute("UPDATE {schema}.action_lane SET next_at = now() - interval '30 s'")
+        snapshot = await executor.sample_backlog()
+    assert (snapshot.due, snapshot.executing, snapshot.waiting) == (
+        {"TEST_NOOP": 1},
+        {},
+        {"TEST_NOOP": 1},
+    )
+    assert 30 <= snapshot.oldest_due_age["TEST_NOOP"] < 3600

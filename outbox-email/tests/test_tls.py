@@ -80,6 +80,9 @@ def test_a_relay_whose_certificate_is_not_trusted_is_retried_and_gets_nothing(
 
         assert action(outbox_db, "k") == (ActionState.ADMITTED, None, 1)
         assert server.mail_commands == 0
+        assert outbox_db.rows("SELECT last_detail FROM {schema}.agent_action") == [
+            ("connecting to the relay failed at the TLS handshake: SSLCertVerificationError",)
+        ]
 
 
 def test_starttls_is_never_skipped_when_the_relay_does_not_offer_it(
@@ -92,3 +95,7 @@ def test_starttls_is_never_skipped_when_the_relay_does_not_offer_it(
 
     assert action(outbox_db, "k") == (ActionState.ADMITTED, None, 1)
     assert smtp_server.mail_commands == 0
+    # Why it waits, kept on the action for `outbox show` and `outbox status`.
+    assert outbox_db.rows("SELECT last_detail FROM {schema}.agent_action") == [
+        ("connecting to the relay failed at STARTTLS: SMTPException",)
+    ]

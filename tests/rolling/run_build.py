@@ -35,7 +35,11 @@ async def main() -> None:
             await executor.settle()  # the attempts and their endings
         await executor.sweep_expired()
         snapshot = await executor.sample_backlog()
-    print(json.dumps({"due": snapshot.due, "executing": snapshot.executing}))
+    print(
+        json.dumps(
+            {"due": snapshot.due, "executing": snapshot.executing, "waiting": snapshot.waiting}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from .states import ActionState
 ACTION_COLUMNS = (
     "id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state, "
     "attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at, ended_at, "
-    "stop_reason, readback_ref, last_result, created_at"
+    "stop_reason, readback_ref, last_result, created_at, last_detail"
 )
 
 
@@ -43,6 +43,10 @@ class Action:
     readback_ref: str | None
     last_result: str | None
     created_at: datetime
+    # Why the last attempt came out as ``last_result`` says, in the adapter's words (a
+    # provider's code and a short reason; see outbox_core.results). None from a row read
+    # without it.
+    last_detail: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Action:

@@ -161,6 +161,7 @@ class BacklogSnapshot:
     """The last sample of the backlog, read by the observable gauges."""
 
     due: dict[str, int] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
     executing: dict[str, int] = field(default_factory=dict)
     oldest_due_age: dict[str, float] = field(default_factory=dict)
     uncertain: dict[str, int] = field(default_factory=dict)
@@ -209,12 +210,21 @@ class Instruments:
             "action.attempt.duration", unit="s", description="Time an attempt's execute() took"
         )
         for name, attribute, description in (
-            ("action.backlog.due", "due", "Admitted actions that are due, by kind"),
-            ("action.backlog.executing", "executing", "Executing actions, by kind"),
+            (
+                "action.backlog.due",
+                "due",
+                "Lane heads that could start now (due, or past their lease), by kind",
+            ),
+            (
+                "action.backlog.waiting",
+                "waiting",
+                "Admitted actions that are not due heads: behind a lane's head, or due later",
+            ),
+            ("action.backlog.executing", "executing", "Executing actions under a lease, by kind"),
             (
                 "action.backlog.oldest_due_age",
                 "oldest_due_age",
-                "Seconds the oldest due action has waited, by kind",
+                "Seconds since the oldest due lane head fell due, by kind",
             ),
             ("action.backlog.uncertain", "uncertain", "Actions that ended UNCERTAIN, by kind"),
             (

@@ -2,6 +2,20 @@
 
 The specification's table "What an adapter returns" maps each result to what the executor
 does with the action; ``outbox_core.executor.outcomes`` holds that mapping.
+
+Every result carries ``detail``: why the attempt came out this way, in a short text the
+adapter chooses, starting with the provider's code where it has one (``"SMTP 451 4.7.1 at
+RCPT"``, ``"Slack ratelimited"``, ``"HTTP 422 Validation Failed"``). The executor keeps the
+last attempt's detail on the action (``last_detail``, beside ``last_result``), where
+``outbox show`` and ``outbox status`` show it, also once the action ended; an attempt that
+raised gets ``"raised <exception type>"``. The executor replaces control characters with
+spaces and cuts the text to :data:`DETAIL_LIMIT` characters.
+
+A detail is read by operators and kept with the row until retention (or an erasure) deletes
+it: it must never hold the payload or any part of it, an address, a name, a token or another
+secret. Write codes and the provider's own words about
+the failure; leave out a provider's free text when it may quote what was sent (an SMTP reply
+can quote the recipient).
 """
 
 from __future__ import annotations
@@ -9,6 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
+
+# The longest detail kept on an action, in characters; a longer one is cut.
+DETAIL_LIMIT: Final = 200
 
 
 class StopReason:
@@ -40,6 +57,7 @@ class Done:
     """The provider confirmed the effect. The action ends DONE with ``readback_ref``."""
 
     readback_ref: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +69,10 @@ class Retry:
     """
 
     after: timedelta | None = None
+    # The older name of ``detail``, kept for adapters written before it: used when ``detail``
+    # is None.
     why: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,7 @@ class Defer:
 
     after: timedelta
     event: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +92,7 @@ class Reread:
     At the last attempt the action ends UNCERTAIN."""
 
     after: timedelta = timedelta(seconds=30)
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +100,7 @@ class Uncertain:
     """The effect may exist. UNCERTAIN; nothing sends it again."""
 
     reason: str = StopReason.WRITE_UNCONFIRMED
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +108,7 @@ class Failed:
     """The provider refused it, or nobody can receive it. FAILED."""
 
     reason: str = StopReason.REFUSED
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +116,15 @@ class Cancelled:
     """Nothing should be written. CANCELLED."""
 
     reason: str = StopReason.CANCELLED
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Abandoned:
-    """The fence refused: another holder owns the action. Nothing changes."""
+    """The fence refused: another holder owns the action. Nothing changes (its ``detail`` is
+    not kept: the action is the other holder's)."""
+
+    detail: str | None = None
 
 
 AdapterResult = Done | Retry | Defer | Reread | Uncertain | Failed | Cancelled | Abandoned

@@ -248,7 +248,10 @@ class OutboxSettings(SectionSettings):
     blocked_lanes_seconds: float = Field(
         default=60.0,
         gt=0.0,
-        description="how often the blocked-lanes gauge is counted (a pass over the live actions)",
+        description=(
+            "how often the gauges that pass over every live action are counted (blocked "
+            "lanes, waiting and proposed actions)"
+        ),
     )
     shutdown_seconds: float = Field(
         default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"

@@ -1,5 +1,6 @@
-"""What ``outbox status`` shows: the backlog per kind, the lanes that are blocked, and the kinds
-that an executor with these settings would stop (see ``startup.py``)."""
+"""What ``outbox status`` shows: the backlog per kind, the lanes that are blocked, the actions
+that wait to run again and those that failed lately (with their last attempt's detail), and the
+kinds that an executor with these settings would stop (see ``startup.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .startup import StoppedKind, check_kinds
 class KindStatus:
     kind: str
     due: int = 0
+    waiting: int = 0
     executing: int = 0
     oldest_due_age_seconds: float = 0.0
     uncertain: int = 0
@@ -35,11 +37,29 @@ class BlockedLane:
     since: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class LastAttempt:
+    """An action whose last attempt did not end it well, and why (its adapter's detail)."""
+
+    id: int
+    kind: str
+    lane_key: str
+    state: str
+    attempt: int
+    max_attempts: int
+    last_result: str | None
+    detail: str | None
+    at: datetime | None  # retrying: when it runs again; failed: when it ended
+    stop_reason: str | None = None
+
+
 @dataclass(frozen=True)
 class StatusReport:
     kinds: list[KindStatus] = field(default_factory=list)
     blocked: list[BlockedLane] = field(default_factory=list)
     stopped: list[StoppedKind] = field(default_factory=list)
+    retrying: list[LastAttempt] = field(default_factory=list)
+    failed: list[LastAttempt] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -51,23 +71,40 @@ class StatusReport:
                 {key: plain(value) for key, value in asdict(lane).items()} for lane in self.blocked
             ],
             "stopped_kinds": [asdict(kind) for kind in self.stopped],
+            "retrying": [
+                {key: plain(value) for key, value in asdict(row).items()} for row in self.retrying
+            ],
+            "recent_failures": [
+                {key: plain(value) for key, value in asdict(row).items()} for row in self.failed
+            ],
         }
 
 
 def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) -> StatusReport:
-    """Counts of the rows this build decodes, by kind; blocked lanes, oldest first; the kinds
+    """Counts of the rows this build decodes, by kind (as the executor's gauges count them,
+    docs/metrics.md, but every due lane read); blocked lanes, oldest first; up to ``lanes``
+    actions waiting to run again after an attempt that did not end them, and as many that
+    ended FAILED or UNCERTAIN in the last day, each with its last attempt's detail; the kinds
     whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
     params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
-    for kind, due, executing, oldest, proposed in conn.execute(outbox.queries["backlog"], params):
-        stats.setdefault(kind, {}).update(
-            due=due,
-            executing=executing,
-            oldest_due_age_seconds=round(oldest, 3),
-            proposed=proposed,
-        )
+    due_admitted: dict[str, int] = {}
+    queries = outbox.queries
+    for kind, due, admitted, oldest in conn.execute(
+        queries["backlog_due"], {**params, "limit": None}
+    ):
+        stats.setdefault(kind, {}).update(due=due, oldest_due_age_seconds=round(oldest, 3))
+        due_admitted[kind] = admitted
+    for kind, executing in conn.execute(queries["backlog_executing"], params):
+        stats.setdefault(kind, {})["executing"] = executing
+    for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):
+        # The waiting actions are the admitted ones less the due heads; read by a later
+        # statement (the caller's connection, not one snapshot), so a head claimed in between
+        # must not make the difference negative.
+        waiting = max(admitted - due_admitted.get(kind, 0), 0)
+        stats.setdefault(kind, {}).update(waiting=waiting, proposed=proposed)
     for kind, count in conn.execute(outbox.queries["uncertain_counts"], {"kinds": flt.kinds}):
         stats.setdefault(kind, {})["uncertain"] = count
     blocked: list[BlockedLane] = []
@@ -81,10 +118,18 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
             )
     for kind, count in counts.items():
         stats.setdefault(kind, {})["lanes_blocked"] = count
+    retrying = [
+        LastAttempt(*row) for row in conn.execute(queries["retrying_actions"], {"limit": lanes})
+    ]
+    failed = [
+        LastAttempt(*row) for row in conn.execute(queries["recent_failures"], {"limit": lanes})
+    ]
     return StatusReport(
         kinds=[KindStatus(kind, **values) for kind, values in sorted(stats.items())],
         blocked=blocked,
         stopped=check_kinds(registry, outbox.settings),
+        retrying=retrying,
+        failed=failed,
     )
 
 
@@ -98,12 +143,21 @@ def print_status(report: StatusReport) -> None:
     # A kind's name is never cut short: the other columns' headers wrap first.
     widest = max((len(kind.kind) for kind in report.kinds), default=4)
     table.add_column("kind", justify="left", min_width=widest, no_wrap=True)
-    for column in ("due", "executing", "oldest due", "uncertain", "proposed", "lanes blocked"):
+    for column in (
+        "due",
+        "waiting",
+        "executing",
+        "oldest due",
+        "uncertain",
+        "proposed",
+        "lanes blocked",
+    ):
         table.add_column(column, justify="right")
     for kind in report.kinds:
         table.add_row(
             kind.kind,
             str(kind.due),
+            str(kind.waiting),
             str(kind.executing),
             f"{kind.oldest_due_age_seconds:.1f} s",
             str(kind.uncertain),
@@ -130,6 +184,29 @@ def print_status(report: StatusReport) -> None:
                 f"{lane.since:%Y-%m-%d %H:%M:%S}",
             )
         console.print(lanes)
+    for rows, title, when in (
+        (report.retrying, "waiting to run again (soonest first)", "next"),
+        (report.failed, "failed or uncertain in the last day (newest first)", "ended"),
+    ):
+        if not rows:
+            continue
+        attempts = Table(title=title)
+        for column in ("action", "kind", "state", "attempt", "last result", "detail", when):
+            attempts.add_column(column)
+        for row in rows:
+            result = row.last_result or ""
+            if row.stop_reason:
+                result = f"{result} ({row.stop_reason})" if result else row.stop_reason
+            attempts.add_row(
+                str(row.id),
+                row.kind,
+                row.state,
+                f"{row.attempt}/{row.max_attempts}",
+                result,
+                row.detail or "",
+                f"{row.at:%Y-%m-%d %H:%M:%S}" if row.at is not None else "",
+            )
+        console.print(attempts)
     if report.stopped:
         stopped = Table(title="kinds stopped: their adapter cannot be built with these settings")
         for column in ("kind", "from", "why"):

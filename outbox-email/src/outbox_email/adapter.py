@@ -25,13 +25,21 @@ after the content was handed to the socket  been accepted, so it is never sent a
 A failed login is retried whatever its code (also 535): it is the relay's or the operator's
 problem, which a later attempt may find fixed; the last attempt ends FAILED with
 ATTEMPTS_EXHAUSTED.
+
+Each result's ``detail`` (kept on the action, shown by ``outbox show`` and ``outbox status``)
+names the SMTP reply code, the enhanced status code when the reply starts with one, and the
+stage (``"SMTP 451 4.7.1 at rcpt"``), or the exception's type (``"SMTPServerDisconnected at
+data, before the content"``). Never the reply's text, which may quote the recipient's or the
+sender's address, and never the message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -78,6 +86,35 @@ NO_NOTICE = "outbox_email:none"
 def refused_reason(code: int) -> str:
     """The stop reason of a 5xx refusal: ``SMTP_550``."""
     return f"SMTP_{code}"
+
+
+def _connect_stage(exc: BaseException) -> str:
+    """Where opening a session failed, when the exception says so: aiosmtplib opens, greets,
+    says EHLO, starts TLS and logs in within one ``connect()``."""
+    lib = _lib()
+    if isinstance(exc, lib.SMTPAuthenticationError):
+        return " at AUTH"
+    # aiosmtplib's own words when the relay offers no STARTTLS, or refuses it.
+    if isinstance(exc, lib.SMTPException) and "STARTTLS" in str(exc).upper():
+        return " at STARTTLS"
+    if isinstance(exc, ssl.SSLError):
+        return " at the TLS handshake"
+    return ""
+
+
+# An enhanced status code (RFC 3463) at the start of a reply's text: "5.1.1 <a@b>: unknown".
+_ENHANCED = re.compile(r"\A\s*([245]\.\d{1,3}\.\d{1,3})(?!\S)")
+
+
+def smtp_detail(code: int | None, message: object = None, *, stage: str | None = None) -> str:
+    """A result's detail for a relay's answer: ``"SMTP 550 5.1.1 at rcpt"``. The reply's text
+    is left out (it may quote an address); only its enhanced status code is kept."""
+    parts = ["SMTP", str(code) if code is not None else "reply"]
+    if isinstance(message, str) and (enhanced := _ENHANCED.match(message)):
+        parts.append(enhanced.group(1))
+    if stage is not None:
+        parts.append(f"at {stage}")
+    return " ".join(parts)
 
 
 class NoNotice(BaseModel):
@@ -339,7 +376,9 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 notice=name,
                 error=type(exc).__name__,
             )
-            return Retry(why=f"notice {name!r} could not prepare the message: {type(exc).__name__}")
+            return Retry(
+                detail=f"notice {name!r} could not prepare the message: {type(exc).__name__}"
+            )
         match prepared:
             case Unreachable(reason=reason, detail=detail):
                 self._event(
@@ -369,7 +408,7 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
             self._event(
                 "email.not_configured", attempt, logging.ERROR, missing="OUTBOX_EMAIL_SENDER"
             )
-            return Failed(StopReason.NOT_CONFIGURED)
+            return Failed(StopReason.NOT_CONFIGURED, detail="OUTBOX_EMAIL_SENDER is not set")
         reference = message_id(attempt.idempotency_key, domain)
         content = data_transfer(render(mail, sender=sender, message_id=reference))
 
@@ -387,7 +426,11 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 code=code,
                 detail=str(exc)[:300],  # the relay's or TLS's words, never the message
             )
-            return Retry(why=f"connecting to the relay failed: {type(exc).__name__} {code or ''}")
+            answer = f", {smtp_detail(code, getattr(exc, 'message', None))}" if code else ""
+            stage = _connect_stage(exc)
+            return Retry(
+                detail=f"connecting to the relay failed{stage}: {type(exc).__name__}{answer}"
+            )
         try:
             fenced = await attempt.fence().begin_write()
         except BaseException:
@@ -427,7 +470,7 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 reply = await self._transfer(connection.smtp, content, progress)
         except lib.SMTPResponseException as exc:
             pool.release(connection, reusable=False)
-            return self._answered(attempt, progress, exc.code)
+            return self._answered(attempt, progress, exc.code, exc.message)
         except (lib.SMTPException, OSError) as exc:  # disconnects and timeouts are OSErrors
             pool.release(connection, reusable=False)
             return self._lost(attempt, progress, exc)
@@ -449,9 +492,9 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 finally:
                     pool.release(connection, reusable=False)
             self._event("email.sent", attempt, logging.DEBUG, code=reply.code)
-            return Done(reference)
+            return Done(reference, detail=smtp_detail(reply.code, reply.message))
         pool.release(connection, reusable=False)
-        return self._answered(attempt, progress, reply.code)
+        return self._answered(attempt, progress, reply.code, reply.message)
 
     async def _mail_from(
         self,
@@ -493,16 +536,19 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
 
     # -- results -------------------------------------------------------------------------------
 
-    def _answered(self, attempt: ActionAttempt, progress: _Progress, code: int) -> AdapterResult:
+    def _answered(
+        self, attempt: ActionAttempt, progress: _Progress, code: int, message: object = None
+    ) -> AdapterResult:
         """The relay answered ``code`` at ``progress.stage`` (not 2xx after the content)."""
+        detail = smtp_detail(code, message, stage=progress.stage)
         if progress.stage == "connect":
             # Replacing a dead pooled session failed (greeting, TLS or AUTH): as before the fence.
-            return self._lost(attempt, progress, ValueError(f"reconnect answered {code}"))
+            return self._lost(attempt, progress, ValueError(f"reconnect answered {code}"), detail)
         if 400 <= code < 500:
             self._event(
                 "email.smtp.retry", attempt, logging.WARNING, stage=progress.stage, code=code
             )
-            return Retry(why=f"the relay answered {code} at {progress.stage}")
+            return Retry(detail=detail)
         if progress.stage == "mail" and code not in MESSAGE_REFUSED_AT_MAIL:
             # A 5xx to MAIL refuses the sender, not the email: a login the relay wants and did
             # not get (530), a sender it does not accept (550, 553), a policy block (554). The
@@ -511,18 +557,24 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
             self._event(
                 "email.smtp.sender_refused", attempt, logging.ERROR, stage=progress.stage, code=code
             )
-            return Retry(why=f"the relay refused the sender with {code}")
+            return Retry(detail=f"{detail}: the relay refused the sender")
         if code in REFUSED_CODES:
             self._event(
                 "email.smtp.refused", attempt, logging.WARNING, stage=progress.stage, code=code
             )
-            return Failed(refused_reason(code))
-        return self._lost(attempt, progress, ValueError(f"unexpected reply {code}"))
+            return Failed(refused_reason(code), detail=detail)
+        return self._lost(attempt, progress, ValueError(f"unexpected reply {code}"), detail)
 
     def _lost(
-        self, attempt: ActionAttempt, progress: _Progress, exc: BaseException
+        self,
+        attempt: ActionAttempt,
+        progress: _Progress,
+        exc: BaseException,
+        detail: str | None = None,
     ) -> AdapterResult:
-        """No usable answer: a disconnect, a timeout, a reply that is neither yes nor no."""
+        """No usable answer: a disconnect, a timeout, a reply that is neither yes nor no
+        (``detail``: that reply)."""
+        what = detail or type(exc).__name__
         if progress.content_sent:
             self._event(
                 "email.smtp.uncertain",
@@ -531,7 +583,9 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
                 stage=progress.stage,
                 error=type(exc).__name__,
             )
-            return Uncertain(StopReason.WRITE_UNCONFIRMED)
+            return Uncertain(
+                StopReason.WRITE_UNCONFIRMED, detail=f"{what} after the content was sent"
+            )
         self._event(
             "email.smtp.retry",
             attempt,
@@ -539,7 +593,8 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
             stage=progress.stage,
             error=type(exc).__name__,
         )
-        return Retry(why=f"{type(exc).__name__} at {progress.stage}, before the content")
+        where = "" if detail else f" at {progress.stage}"
+        return Retry(detail=f"{what}{where}, before the content")
 
     @staticmethod
     def _event(name: str, attempt: ActionAttempt, level: int, **fields: Any) -> None:

@@ -84,7 +84,6 @@ from .tracker import (
     RateLimited,
     Refused,
     TrackerError,
-    Unanswered,
 )
 
 if TYPE_CHECKING:
@@ -121,25 +120,24 @@ STOP_REASONS = frozenset(
 
 
 def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
-    """The result a tracker failure proves (the table in this module's docstring).
+    """The result a tracker failure proves (the table in this module's docstring), with the
+    failure's detail (``TrackerError.detail``: the HTTP status and the tracker's words).
 
     ``may_have_written``: this attempt sent a write, or an earlier attempt may have (then a
     Retry, which clears the fence, would let the next attempt write without reading back)."""
+    detail = error.detail
     match error:
         case RateLimited(wait_seconds=wait):
-            return Defer(timedelta(seconds=wait))
-        case NotSent():
-            return Reread() if may_have_written else Retry(why=str(error))
-        case Unanswered():
-            return Reread() if may_have_written else Retry(why=str(error))
+            return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
         case Refused(status=status) if status is not None:
-            return Failed(refused_reason(status))
+            return Failed(refused_reason(status), detail=detail)
         case GraphQLRefused(types=types):
             for kind in types:
                 if kind in GRAPHQL_REASONS:
-                    return Failed(GRAPHQL_REASONS[kind])
-            return Failed(GRAPHQL_ERROR)
-    return Reread() if may_have_written else Retry(why=str(error))
+                    return Failed(GRAPHQL_REASONS[kind], detail=detail)
+            return Failed(GRAPHQL_ERROR, detail=detail)
+    # NotSent, Unanswered and any other failure.
+    return Reread(detail=detail) if may_have_written else Retry(detail=detail)
 
 
 class ReportPayload(BaseModel):

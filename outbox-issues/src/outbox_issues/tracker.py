@@ -18,6 +18,7 @@ httpx is imported when a client is made, not when this module is imported.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -129,11 +130,36 @@ class Found(Generic[T]):
 
 
 class TrackerError(Exception):
-    """A request to the tracker that did not succeed."""
+    """A request to the tracker that did not succeed. ``detail`` is what the action keeps of
+    it (outbox_core.results): the HTTP status and the tracker's own words about the failure
+    (``"HTTP 422 Validation Failed"``), never a URL, the issue's content or a token; the
+    message, for logs, names the request."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, detail: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail or (f"HTTP {status}" if status is not None else type(self).__name__)
+
+
+# What a detail keeps of the tracker's message: its first sentence, without anything that may
+# name a person, a place or a secret (an address, a URL or path, an IP, a long number: "API
+# rate limit exceeded for user ID 1234").
+_UNSAFE = re.compile(r"\S*[@/\\:]\S*|\d+(?:\.\d+){3}|\d{4,}")
+_GRAPHQL_TYPE = re.compile(r"[A-Z][A-Z_]{0,40}")
+
+
+def said(message: str) -> str:
+    """The tracker's words as a detail keeps them (see ``_UNSAFE``), at most 80 characters."""
+    first = message.strip().split(". ")[0].rstrip(".")
+    return " ".join(_UNSAFE.sub("\u2026", first).split())[:80]
+
+
+def http_detail(status: int, message: str) -> str:
+    """``"HTTP 404 Not Found"``: the status and the tracker's words (``said``)."""
+    words = said(message)
+    return f"HTTP {status} {words}" if words else f"HTTP {status}"
 
 
 class NotSent(TrackerError):
@@ -152,9 +178,18 @@ class RateLimited(TrackerError):
     written."""
 
     def __init__(
-        self, message: str, *, status: int | None, wait_seconds: float, secondary: bool
+        self,
+        message: str,
+        *,
+        status: int | None,
+        wait_seconds: float,
+        secondary: bool,
+        detail: str | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        which = "secondary" if secondary else "primary"
+        super().__init__(
+            message, status=status, detail=detail or f"HTTP {status} {which} rate limit"
+        )
         self.wait_seconds = wait_seconds
         self.secondary = secondary
 
@@ -171,8 +206,9 @@ class Refused(TrackerError):
         errors: Sequence[Any] = (),
         documentation_url: str | None = None,
         location: str | None = None,
+        detail: str | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, detail=detail)
         self.errors = list(errors)
         self.documentation_url = documentation_url
         self.location = location
@@ -183,7 +219,10 @@ class GraphQLRefused(TrackerError):
     (``NOT_FOUND``, ``FORBIDDEN``, ...). ``RATE_LIMITED`` raises :class:`RateLimited`."""
 
     def __init__(self, message: str, *, types: Sequence[str]) -> None:
-        super().__init__(message, status=200)
+        named = [kind for kind in types if _GRAPHQL_TYPE.fullmatch(kind)]
+        super().__init__(
+            message, status=200, detail=f"GraphQL {', '.join(named) if named else 'errors'}"
+        )
         self.types = list(types)
 
 
@@ -333,9 +372,15 @@ class GitHubTracker:
         try:
             response = await self._http.request(method, target, json=json, params=params)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise NotSent(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+            raise NotSent(
+                f"{method} {url}: {type(exc).__name__}: {exc}",
+                detail=f"{type(exc).__name__} before the request was sent",
+            ) from exc
         except httpx.TransportError as exc:
-            raise Unanswered(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+            raise Unanswered(
+                f"{method} {url}: {type(exc).__name__}: {exc}",
+                detail=f"{type(exc).__name__} after the request was sent",
+            ) from exc
         if response.is_success:
             return response
         raise self._failure(method, url, response)
@@ -359,10 +404,11 @@ class GitHubTracker:
         if limited is not None:
             return limited
         if status >= 500:
-            return Unanswered(what, status=status)
+            return Unanswered(what, status=status, detail=http_detail(status, message))
         return Refused(
             what,
             status=status,
+            detail=http_detail(status, message),
             errors=errors if isinstance(errors, list) else [errors],
             documentation_url=documentation,
             location=response.headers.get("location"),
@@ -378,6 +424,7 @@ class GitHubTracker:
                 f"{response.request.method} {response.request.url.path}: a {response.status_code} "
                 f"whose body is not a {model.__name__} ({type(exc).__name__})",
                 status=response.status_code,
+                detail=f"HTTP {response.status_code} with a body that is not a {model.__name__}",
             ) from exc
 
     @staticmethod
@@ -385,7 +432,10 @@ class GitHubTracker:
         try:
             return model.model_validate(entry)
         except ValidationError as exc:
-            raise Unanswered(f"GET {url}: an entry that is not a {model.__name__}") from exc
+            raise Unanswered(
+                f"GET {url}: an entry that is not a {model.__name__}",
+                detail=f"a listed entry that is not a {model.__name__}",
+            ) from exc
 
     async def _walk(
         self, url: str, params: Mapping[str, Any], max_pages: int
@@ -396,7 +446,10 @@ class GitHubTracker:
         for _ in range(max_pages):
             page = response.json()
             if not isinstance(page, list):
-                raise Unanswered(f"GET {url}: a listing that is not a JSON array")
+                raise Unanswered(
+                    f"GET {url}: a listing that is not a JSON array",
+                    detail="a listing that is not a JSON array",
+                )
             following = response.links.get("next", {}).get("url")
             yield page, not following
             if not following:
@@ -675,9 +728,15 @@ class GitHubTracker:
         try:
             answer = response.json()
         except ValueError as exc:
-            raise Unanswered("GraphQL: a 200 whose body is not JSON") from exc
+            raise Unanswered(
+                "GraphQL: a 200 whose body is not JSON",
+                detail="GraphQL: a 200 whose body is not JSON",
+            ) from exc
         if not isinstance(answer, dict):
-            raise Unanswered("GraphQL: a 200 whose body is not an object")
+            raise Unanswered(
+                "GraphQL: a 200 whose body is not an object",
+                detail="GraphQL: a 200 whose body is not an object",
+            )
         errors = answer.get("errors")
         if errors:
             listed = errors if isinstance(errors, list) else [errors]
@@ -693,11 +752,15 @@ class GitHubTracker:
                     status=200,
                     wait_seconds=max(1.0, wait),
                     secondary=False,
+                    detail="GraphQL RATE_LIMITED",
                 )
             raise GraphQLRefused(f"GraphQL errors ({', '.join(types)}): {messages}", types=types)
         data = answer.get("data")
         if not isinstance(data, dict):
-            raise Unanswered("GraphQL: an answer without data or errors")
+            raise Unanswered(
+                "GraphQL: an answer without data or errors",
+                detail="GraphQL: an answer without data or errors",
+            )
         return data
 
     async def repository(self, repository: str) -> Repository:
@@ -735,7 +798,10 @@ class GitHubTracker:
         data = await self.graphql(_TRANSFER, {"issue": node_id, "repository": repository_node_id})
         moved = (data.get("transferIssue") or {}).get("issue")
         if not isinstance(moved, dict):
-            raise Unanswered("GraphQL transferIssue answered without the issue")
+            raise Unanswered(
+                "GraphQL transferIssue answered without the issue",
+                detail="GraphQL transferIssue answered without the issue",
+            )
         return self._node(moved)
 
     async def delete_issue(self, node_id: str) -> None:

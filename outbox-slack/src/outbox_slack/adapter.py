@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -204,6 +205,20 @@ class _Answer:
     error: str | None
     retry_after: float | None
 
+    def detail(self) -> str:
+        """A result's detail: Slack's error code (``"Slack channel_not_found"``), with the HTTP
+        status when it is not 200, or the status alone; an error that does not look like one
+        of Slack's codes is not kept (a proxy's page, say)."""
+        if self.error is not None and _SLACK_CODE.fullmatch(self.error):
+            if self.status in (0, 200):
+                return f"Slack {self.error}" if self.status else self.error
+            return f"Slack {self.error} (HTTP {self.status})"
+        return f"HTTP {self.status} without a Slack answer"
+
+
+# Slack's error codes ("channel_not_found"), and the exception names of failed calls.
+_SLACK_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
+
 
 class _Clients:
     """One aiohttp session and two Web API clients on it, in one event loop."""
@@ -304,15 +319,17 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
             if attempt.write_started:
                 # An earlier attempt may have posted, and nothing can read it back now.
                 self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no token")
-                return Uncertain(SLACK_HISTORY_UNREADABLE)
-            return Failed(StopReason.NOT_CONFIGURED)
+                return Uncertain(
+                    SLACK_HISTORY_UNREADABLE, detail="OUTBOX_SLACK_TOKEN is not set: no read-back"
+                )
+            return Failed(StopReason.NOT_CONFIGURED, detail="OUTBOX_SLACK_TOKEN is not set")
         async with attempt.transaction() as conn:
             content = await self._content(conn, body.turn_id)
         if attempt.write_started:
             return await self._read_back(attempt, body, content)
         if content is None or not content.texts:
             self._event("slack.post.nothing_to_post", attempt, logging.INFO)
-            return Cancelled(SLACK_REDACTED)
+            return Cancelled(SLACK_REDACTED, detail="every entry was redacted before the post")
         return await self._post(attempt, body, content)
 
     async def _content(self, conn: AsyncConnection[Any], turn_id: str) -> _Content | None:
@@ -352,44 +369,46 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # The connection never stood (refused, DNS, TLS handshake): nothing was sent.
             self._event("slack.post.retry", attempt, logging.WARNING, error=type(exc).__name__)
-            return Retry(why=f"{type(exc).__name__} before the post was sent")
+            return Retry(detail=f"{type(exc).__name__} before the post was sent")
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Sent, and then no answer: Slack may hold the post.
             self._event("slack.post.unknown", attempt, logging.WARNING, error=type(exc).__name__)
-            return Reread(after=self._window_wait(timedelta(0)))
+            return Reread(
+                after=self._window_wait(timedelta(0)),
+                detail=f"{type(exc).__name__} after the post was sent",
+            )
         channel = str(response.get("channel") or content.channel)
         ts = response.get("ts")
         if not isinstance(ts, str) or not ts:
             self._event("slack.post.unknown", attempt, logging.WARNING, error="no ts")
-            return Reread(after=self._window_wait(timedelta(0)))
+            return Reread(after=self._window_wait(timedelta(0)), detail="Slack ok without a ts")
         self._event("slack.post.done", attempt, logging.DEBUG)
         return Done(message_ref(channel, ts))
 
     def _refused(self, attempt: ActionAttempt, answer: _Answer) -> AdapterResult:
         """The post's answer was not ``ok: true``."""
         fields = {"status": answer.status, "error": answer.error}
+        detail = answer.detail()
         if answer.status == 429 or answer.error in RATE_LIMITED:
             wait = answer.retry_after or self.settings.rate_limit_seconds
             self._event("slack.post.rate_limited", attempt, logging.INFO, wait=wait, **fields)
-            return Defer(timedelta(seconds=wait))
+            return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
         if answer.status >= 500 or answer.error in MAYBE_WRITTEN:
             self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
-            return Reread(after=self._window_wait(timedelta(0)))
+            return Reread(after=self._window_wait(timedelta(0)), detail=detail)
         if answer.error in NOT_TAKEN:
             self._event("slack.post.retry", attempt, logging.WARNING, **fields)
-            return Retry(why=f"Slack answered {answer.error}")
+            return Retry(detail=detail)
         if answer.error is not None:
             reason = ERROR_REASONS.get(answer.error, SLACK_REFUSED)
             self._event("slack.post.refused", attempt, logging.WARNING, reason=reason, **fields)
-            return Failed(reason)
+            return Failed(reason, detail=detail)
         if answer.status == 200:
             # HTTP 200 without a Slack answer: it may have been taken.
             self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
-            return Reread(after=self._window_wait(timedelta(0)))
+            return Reread(after=self._window_wait(timedelta(0)), detail=detail)
         self._event("slack.post.retry", attempt, logging.WARNING, **fields)
-        return Retry(
-            why=f"HTTP {answer.status} without a Slack answer (check OUTBOX_SLACK_BASE_URL)"
-        )
+        return Retry(detail=f"{detail} (check OUTBOX_SLACK_BASE_URL)")
 
     def _window_wait(self, elapsed: timedelta) -> timedelta:
         """How long until a complete read of the history proves the post absent."""
@@ -405,7 +424,7 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         if content is None or fenced_at is None:
             # The turn is gone (erased) or the fence's time unknown: nothing to read against.
             self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no turn")
-            return Uncertain(SLACK_HISTORY_UNREADABLE)
+            return Uncertain(SLACK_HISTORY_UNREADABLE, detail="the turn is gone: nothing to read")
         aiohttp, _, errors = _lib()
         clients = self._clients.get()
         skew = timedelta(seconds=self.settings.readback_clock_skew_seconds)
@@ -439,7 +458,10 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
             for message in page.get("messages") or []:
                 if self._is_ours(message, attempt.idempotency_key):
                     self._event("slack.readback.found", attempt, logging.INFO)
-                    return Done(message_ref(content.channel, str(message["ts"])))
+                    return Done(
+                        message_ref(content.channel, str(message["ts"])),
+                        detail="found in the history read back",
+                    )
             metadata = page.get("response_metadata") or {}
             next_cursor = metadata.get("next_cursor") if isinstance(metadata, dict) else None
             if not next_cursor:
@@ -447,11 +469,16 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                     self._event(
                         "slack.readback.unreadable", attempt, logging.WARNING, error="no cursor"
                     )
-                    return Uncertain(SLACK_HISTORY_UNREADABLE)
+                    return Uncertain(
+                        SLACK_HISTORY_UNREADABLE, detail="Slack has_more without a cursor"
+                    )
                 return await self._absent(attempt, body, started_at, fenced_at)
             cursor = str(next_cursor)
         await self._save(attempt, body, cursor, started_at)
-        return Reread(after=timedelta(seconds=self.settings.readback_page_wait_seconds))
+        return Reread(
+            after=timedelta(seconds=self.settings.readback_page_wait_seconds),
+            detail="the history has more pages to read",
+        )
 
     @staticmethod
     def _is_ours(message: Any, key: str) -> bool:
@@ -471,10 +498,12 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         waited = started_at - fenced_at
         if waited >= timedelta(seconds=self.settings.readback_window_seconds):
             self._event("slack.readback.absent", attempt, logging.WARNING)
-            return Cancelled(StopReason.ABSENT)
+            return Cancelled(StopReason.ABSENT, detail="not in the history read back")
         # Slack may not show a new message at once: a post missing this soon may still appear.
         self._event("slack.readback.too_soon", attempt, logging.INFO)
-        return Reread(after=self._window_wait(waited))
+        return Reread(
+            after=self._window_wait(waited), detail="not in the history yet: read again later"
+        )
 
     async def _unread(
         self,
@@ -494,12 +523,13 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
             or answer.error in MAYBE_WRITTEN
             or answer.error in NOT_TAKEN
         )
+        detail = f"history read: {answer.detail()}"
         if not transient:
             self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
-            return Uncertain(SLACK_HISTORY_UNREADABLE)
+            return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
         if attempt.is_last:
             self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
-            return Uncertain(SLACK_HISTORY_UNREADABLE)
+            return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
         await self._save(attempt, body, cursor, started_at if cursor is not None else None)
         rate_limited = answer.status == 429 or answer.error in RATE_LIMITED
         wait = (
@@ -508,7 +538,7 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
             else self.settings.readback_page_wait_seconds
         )
         self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
-        return Reread(after=timedelta(seconds=max(wait, 0.0)))
+        return Reread(after=timedelta(seconds=max(wait, 0.0)), detail=detail)
 
     async def _save(
         self,

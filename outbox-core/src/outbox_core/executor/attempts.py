@@ -98,7 +98,12 @@ class Attempts:
             if row[0] not in ATTEMPT_OPS or not self.endings.batcher.accepting:
                 continue
             claimed = claimed_action(row)
-            ending = self._deferral(claimed, self.rt.adapter(claimed.kind), timedelta(0))
+            ending = self._deferral(
+                claimed,
+                self.rt.adapter(claimed.kind),
+                timedelta(0),
+                "given back unstarted: the executor was stopping",
+            )
             self.endings.batcher.post(ending)
             returned += 1
         if returned:
@@ -140,7 +145,14 @@ class Attempts:
             action_event(
                 "action.undecodable", claimed.id, claimed.kind, level=logging.ERROR, error=str(exc)
             )
-            await self.endings.submit(self._deferral(claimed, adapter, timedelta(minutes=5)))
+            await self.endings.submit(
+                self._deferral(
+                    claimed,
+                    adapter,
+                    timedelta(minutes=5),
+                    "the payload does not decode with this build's model",
+                )
+            )
             return
         attempt = ActionAttempt(claimed, self.fences, body)
         slots = self._slots_for(claimed.kind)
@@ -283,12 +295,16 @@ class Attempts:
             # keep the newest entries only (at worst, one more uncounted give-back).
             while len(self._short_given) > _SHORT_GIVEN_KEPT:
                 del self._short_given[next(iter(self._short_given))]
-            ending = self._deferral(claimed, adapter, timedelta(0))
+            ending = self._deferral(
+                claimed, adapter, timedelta(0), "given back: less lease left than the fence margin"
+            )
         self.endings.post(ending)
 
-    def _deferral(self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta) -> Ending:
+    def _deferral(
+        self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta, detail: str
+    ) -> Ending:
         """The ending that puts a claimed action back, unstarted: a Defer, not counted."""
-        ending = decide(self._facts(claimed, adapter, fenced=False), Defer(after))
+        ending = decide(self._facts(claimed, adapter, fenced=False), Defer(after, detail=detail))
         assert ending is not None  # a Defer always reschedules
         return ending
 

@@ -1,5 +1,5 @@
 """Writing endings: the conditional writes that end or reschedule actions, batched into one
-``settle_v1`` statement per batch, with the adapters' ``ended``/``rescheduled`` hooks in the
+``settle_v2`` statement per batch, with the adapters' ``ended``/``rescheduled`` hooks in the
 same transaction, the metrics and log event of each ending, the next heads that a settle
 claims on the way (handed to the attempts), and the lanes it could not lower (lowered again
 here, in the background)."""
@@ -234,7 +234,7 @@ class Endings:
                     self._hook_tries.pop((ending.action_id, ending.epoch), None)
 
     async def _write(self, endings: Sequence[Ending]) -> list[bool]:
-        """One batch in one round trip (settle_v1); in an explicit transaction only when a kind
+        """One batch in one round trip (settle_v2); in an explicit transaction only when a kind
         of the batch has an ended()/rescheduled() hook to run in it."""
         rt = self.rt
         chain = rt.chaining and not rt.stopping and rt.chain_filter is not None
@@ -255,7 +255,7 @@ class Endings:
                 async with conn.transaction():
                     cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
                     rows = await cursor.fetchall()
-                    actions = [Action.from_row(row[1:21]) for row in rows if row[0] == "ended"]
+                    actions = [Action.from_row(row[1:22]) for row in rows if row[0] == "ended"]
                     await self._hooks(conn, actions, by_id)
             else:
                 cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
@@ -268,8 +268,8 @@ class Endings:
         for row in rows:
             op = row[0]
             if op == "ended":
-                if row[21] is not None:  # brief: every changed action in one row
-                    changed.update(zip(row[21], row[22], strict=True))
+                if row[22] is not None:  # brief: every changed action in one row
+                    changed.update(zip(row[22], row[23], strict=True))
                 else:  # op, id, kind, ..., attempt (9), ...
                     changed[row[1]] = row[9]
             elif op in CLAIM_OPS:
@@ -415,7 +415,7 @@ def _earlier(known: LaneWish | None, at: datetime | None, cleared: bool) -> Lane
 
 
 def _settled_as_claimed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A settle_v1 row in the shape of a claim row (claimed_action_v1's columns)."""
+    """A settle_v2 row in the shape of a claim row (claimed_action_v1's columns)."""
     return (*row[:12], row[13], row[14], row[15], row[20])
 
 
@@ -438,5 +438,6 @@ def _endings_json(endings: Sequence[Ending]) -> str:
             ],
             "uncounts": [e.uncount for e in endings],
             "results": [e.result for e in endings],
+            "details": [e.detail for e in endings],
         }
     )

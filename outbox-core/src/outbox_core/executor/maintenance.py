@@ -18,13 +18,19 @@ from .endings import Endings
 from .outcomes import Ending
 from .runtime import Runtime
 
+# The due gauge reads at most this many lanes of each kind whose next look has come (and as
+# many of unknown head), earliest first: the cost of a sample stays bounded when a backlog of
+# due lanes piles up, and a due count of this many reads "this many or more".
+DUE_LANES_READ = 10_000
+
 
 class Maintenance:
     def __init__(self, runtime: Runtime, endings: Endings) -> None:
         self.rt = runtime
         self.endings = endings
-        self._blocked_counted_at: float | None = None
-        self._lanes_blocked: dict[str, int] = {}
+        self._full_counted_at: float | None = None
+        # The last full counts, published between them: waiting, proposed, lanes blocked.
+        self._full_counts: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
 
     async def loop(self) -> None:
         rt = self.rt
@@ -85,41 +91,64 @@ class Maintenance:
         return deleted
 
     async def sample_backlog(self, *, blocked: bool = True) -> BacklogSnapshot:
-        """Count the backlog gauges and publish them. ``blocked=False`` keeps the last count of
-        blocked lanes, which costs a pass over the live actions (the maintenance loop counts
-        it every ``blocked_lanes_seconds``)."""
+        """Count the backlog gauges and publish them. ``blocked=False`` keeps the last counts
+        that cost a pass over every live action (the blocked lanes, the waiting and the
+        proposed actions), which the maintenance loop takes every ``blocked_lanes_seconds``;
+        the due heads and the executing actions are counted each time, at a cost bounded by
+        their number (docs/metrics.md)."""
         rt = self.rt
         snapshot = BacklogSnapshot()
         # Every served kind, also a stopped one: its due actions pile up, and that is the alert.
         flt = rt.served_filter
         params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
+        full = blocked or self._full_counted_at is None
         async with rt.connection() as conn, conn.transaction():
+            # One snapshot for every count: the waiting actions are the admitted ones less the
+            # due heads, counted by two statements.
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             # With a million rows the planner's cost passes the JIT threshold, and compiling
             # these scans took longer than running them (0.7 s of 1 s for blocked lanes).
             await conn.execute("SET LOCAL jit = off")
-            cursor = await conn.execute(rt.queries["backlog"], params)
-            for kind, due, executing, oldest, proposed in await cursor.fetchall():
+            cursor = await conn.execute(
+                rt.queries["backlog_due"], {**params, "limit": DUE_LANES_READ}
+            )
+            due_admitted: dict[str, int] = {}
+            for kind, due, admitted, oldest in await cursor.fetchall():
                 snapshot.due[kind] = due
-                snapshot.executing[kind] = executing
                 snapshot.oldest_due_age[kind] = oldest
-                snapshot.proposed[kind] = proposed
+                due_admitted[kind] = admitted
+            cursor = await conn.execute(rt.queries["backlog_executing"], params)
+            snapshot.executing.update(dict(await cursor.fetchall()))
             cursor = await conn.execute(rt.queries["uncertain_counts"], {"kinds": rt.served})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
-            if blocked or self._blocked_counted_at is None:
+            if full:
+                cursor = await conn.execute(rt.queries["backlog_counts"], params)
+                for kind, admitted, proposed in await cursor.fetchall():
+                    if admitted > due_admitted.get(kind, 0):
+                        snapshot.waiting[kind] = admitted - due_admitted.get(kind, 0)
+                    if proposed:
+                        snapshot.proposed[kind] = proposed
                 cursor = await conn.execute(
                     rt.queries["blocked_lanes"], {**params, "limit": 100_000}
                 )
                 for row in await cursor.fetchall():
                     snapshot.lanes_blocked[row[0]] = snapshot.lanes_blocked.get(row[0], 0) + 1
-                self._blocked_counted_at = time.monotonic()
-                self._lanes_blocked = dict(snapshot.lanes_blocked)
+                self._full_counted_at = time.monotonic()
+                self._full_counts = (
+                    dict(snapshot.waiting),
+                    dict(snapshot.proposed),
+                    dict(snapshot.lanes_blocked),
+                )
             else:
-                snapshot.lanes_blocked.update(self._lanes_blocked)
+                waiting, proposed, lanes_blocked = self._full_counts
+                snapshot.waiting.update(waiting)
+                snapshot.proposed.update(proposed)
+                snapshot.lanes_blocked.update(lanes_blocked)
         rt.instruments.publish(snapshot)
         return snapshot
 
     async def sample_gauges(self) -> None:
-        """The gauges, counting blocked lanes only every ``blocked_lanes_seconds``."""
-        last = self._blocked_counted_at
+        """The gauges, taking the full counts only every ``blocked_lanes_seconds``."""
+        last = self._full_counted_at
         due = last is None or time.monotonic() - last >= self.rt.settings.blocked_lanes_seconds
         await self.sample_backlog(blocked=due)

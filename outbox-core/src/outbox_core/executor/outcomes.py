@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from ..results import (
+    DETAIL_LIMIT,
     Abandoned,
     AdapterResult,
     Cancelled,
@@ -50,6 +52,7 @@ class Ending(NamedTuple):
     uncount: int = 0
     event: str | None = None
     prior_write: datetime | None = None
+    detail: str | None = None
 
 
 class AttemptFacts(NamedTuple):
@@ -79,6 +82,22 @@ def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
     return timedelta(seconds=random.uniform(floor, ceiling))
 
 
+# Control characters (C0, DEL, C1) and the line and paragraph separators: a detail is one line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def clean_detail(text: str | None) -> str | None:
+    """A result's detail as the action keeps it: one line, control characters replaced by
+    spaces, at most DETAIL_LIMIT characters (a longer one cut, ending in an ellipsis); None for
+    None or a text with nothing left."""
+    if text is None:
+        return None
+    line = " ".join(_CONTROL.sub(" ", text).split())
+    if len(line) > DETAIL_LIMIT:
+        line = line[: DETAIL_LIMIT - 1].rstrip() + "\u2026"
+    return line or None
+
+
 def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending | None:
     """The write for this result; None for Abandoned (another holder owns the action)."""
     if isinstance(result, Done):
@@ -94,11 +113,26 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
             "Done",
             StopReason.COMPLETED,
             result.readback_ref,
+            detail=None if result.detail is None else clean_detail(result.detail),
         )
+    detail: str | None
     if isinstance(result, BaseException):
+        # The exception's type only: its message may quote the payload or the provider's
+        # answer to it.
+        detail = f"raised {type(result).__name__}"
         result = exception_result(facts)
+    else:
+        detail = clean_detail(result.detail)
+        if detail is None and isinstance(result, Retry):
+            detail = clean_detail(result.why)
     ending = functools.partial(
-        Ending, facts.action_id, facts.kind, facts.lane_key, facts.epoch, ActionState.EXECUTING
+        Ending,
+        facts.action_id,
+        facts.kind,
+        facts.lane_key,
+        facts.epoch,
+        ActionState.EXECUTING,
+        detail=detail,
     )
     match result:
         case Retry(after=after):
@@ -148,8 +182,15 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
 def wrong_result(result: object) -> str | None:
     """What is wrong with what ``execute()`` returned; None for a well-formed result. Names
     types only, never values: a result may carry text from the payload or the provider."""
-    if type(result) is Done and (result.readback_ref is None or type(result.readback_ref) is str):
+    if (
+        type(result) is Done
+        and (result.readback_ref is None or type(result.readback_ref) is str)
+        and result.detail is None
+    ):
         return None  # most results, without the pattern matching below
+    detail = getattr(result, "detail", None)
+    if detail is not None and not isinstance(detail, str):
+        return _wrong_field(f"{type(result).__name__}.detail", detail, (str,), optional=True)
     match result:
         case Done(readback_ref=ref):
             return _wrong_field("Done.readback_ref", ref, (str,), optional=True)

@@ -62,7 +62,7 @@ class Runtime:
         # of endings written with chaining on, answering late) are given back or left to their
         # leases rather than run on adapters that are being closed.
         self.accepting = True
-        # Chained claims (see settle_v1) run only while the executor runs or drains, and
+        # Chained claims (see settle_v2) run only while the executor runs or drains, and
         # only for kinds without a slot limit (known once the adapters are built: open()).
         self.chaining = False
         self.plan_limits(lambda kind: self.entries[kind].adapter.max_concurrency)

@@ -125,11 +125,11 @@ SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitte
 -- exist, and CANCELLED would say it does not.
 UPDATE {schema}.agent_action
    SET state = 'CANCELLED', payload = NULL, stop_reason = %(reason)s, ended_at = now(),
-       last_result = 'Cancelled'
+       last_result = 'Cancelled', last_detail = NULL
  WHERE id = %(id)s AND state IN ('PROPOSED', 'ADMITTED') AND write_started_at IS NULL
 RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
           attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
-          ended_at, stop_reason, readback_ref, last_result, created_at
+          ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
 
 -- name: lower_lanes
 -- After an ending: the lanes need a look no later than the given times (NULL: now). Lowering
@@ -161,7 +161,7 @@ SELECT w.lane_key FROM wanted w
 -- name: action_by_id
 SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
        attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
-       ended_at, stop_reason, readback_ref, last_result, created_at
+       ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
   FROM {schema}.agent_action
  WHERE id = %(id)s
 
@@ -170,7 +170,7 @@ SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_accou
 -- generation. Decoding readers raise on what they cannot decode instead.
 SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
        attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
-       ended_at, stop_reason, readback_ref, last_result, created_at
+       ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
   FROM {schema}.agent_action
  WHERE idempotency_key = ANY(%(keys)s::text[])
  ORDER BY id
@@ -179,7 +179,7 @@ SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_accou
 -- A read of one lane does not filter either (see actions_by_keys).
 SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
        attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
-       ended_at, stop_reason, readback_ref, last_result, created_at
+       ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
   FROM {schema}.agent_action
  WHERE lane_key = %(lane_key)s AND (%(live_only)s IS FALSE OR state IN ('PROPOSED', 'ADMITTED', 'EXECUTING'))
  ORDER BY id
@@ -252,8 +252,9 @@ SELECT floor(extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint
    FOR SHARE
 
 -- name: settle
--- See settle_v1 in migrations/core/0003_settle.sql (last replaced by 0006): a batch of
--- endings, the lanes they free lowered or their next heads claimed, in one round trip.
+-- See settle_v2 in migrations/core/0013_last_detail.sql (settle_v1 of 0003 and 0006 with each
+-- ending's detail): a batch of endings, the lanes they free lowered or their next heads
+-- claimed, in one round trip.
 -- The batch arrives as one JSON object of aligned arrays: json.dumps builds it in C, where
 -- psycopg dumped eleven arrays element by element in Python (3.7 us an ending against 1.3).
 -- When brief (a batch without ended()/rescheduled() hooks, which need the whole row), the
@@ -265,12 +266,13 @@ WITH e AS (
       FROM jsonb_to_record(%(endings)s::jsonb) AS e(
                ids bigint[], epochs bigint[], from_states text[], states text[],
                stop_reasons text[], readback_refs text[], delays float8[], fences text[],
-               prior_writes timestamptz[], uncounts integer[], results text[])
+               prior_writes timestamptz[], uncounts integer[], results text[],
+               details text[])
 ), s AS (
     SELECT s.*
-      FROM e, {schema}.settle_v1(
+      FROM e, {schema}.settle_v2(
                e.ids, e.epochs, e.from_states, e.states, e.stop_reasons, e.readback_refs,
-               e.delays, e.fences, e.prior_writes, e.uncounts, e.results, %(chain)s,
+               e.delays, e.fences, e.prior_writes, e.uncounts, e.results, e.details, %(chain)s,
                make_interval(secs => %(lease)s),
                %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]) s
 )
@@ -278,7 +280,7 @@ SELECT s.*, NULL::bigint[] AS ended_ids, NULL::integer[] AS ended_attempts
   FROM s WHERE NOT %(brief)s OR s.op <> 'ended'
 UNION ALL
 SELECT 'ended', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(s.id), array_agg(s.attempt)
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(s.id), array_agg(s.attempt)
   FROM s WHERE %(brief)s AND s.op = 'ended'
 HAVING count(*) > 0
 
@@ -400,18 +402,80 @@ WITH due AS (
 UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
  WHERE next_at IS NOT NULL AND next_at > now()
 
--- name: backlog
--- The backlog gauges by kind, for rows this build decodes. Proposals are live and hold their
--- lanes: counted apart, as they wait for an admission, not for an executor.
+-- name: backlog_due
+-- The due gauges by kind, for rows this build decodes: lane heads that could start now, and
+-- how long the oldest of them has been due. A head is due when it is ADMITTED and due_at has
+-- come, or EXECUTING under a lease that ran out (a reclaim, or the reaper, takes it now); an
+-- action behind a head, or a head whose due time is still ahead (a backoff, a deferral, a
+-- not_before), is waiting (backlog_counts), and a head under a live lease is executing.
+-- Only a lane whose next_at has come can have a due head (next_at is a lower bound of when
+-- its head falls due or its lease ends), so this reads those lanes through
+-- ix_action_lane_next, kind by kind and then the lanes of unknown head, at most %(limit)s of
+-- each (NULL: all), earliest look first, and finds each head as the claim does (three index
+-- probes). It never reads the actions behind the heads, nor a lane whose head waits: its cost
+-- is the due heads', not the backlog's.
+WITH looks AS (
+    SELECT l.lane_key, l.head_id
+      FROM unnest(%(kinds)s::text[]) AS k(kind)
+      CROSS JOIN LATERAL (
+            SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
+             WHERE l.head_kind = k.kind AND l.next_at <= now()
+             ORDER BY l.next_at
+             LIMIT %(limit)s) l
+    UNION ALL
+    (SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
+      WHERE l.head_kind IS NULL AND l.next_at <= now()
+      ORDER BY l.next_at
+      LIMIT %(limit)s)
+)
+SELECT h.kind,
+       count(*) AS due,
+       count(*) FILTER (WHERE h.state = 'ADMITTED') AS due_admitted,
+       coalesce(extract(epoch FROM now() - min(CASE WHEN h.state = 'ADMITTED' THEN h.due_at
+                                                    ELSE h.lease_until END)), 0)::float8
+           AS oldest_due_age
+  FROM looks l
+  LEFT JOIN LATERAL (
+        SELECT e.id FROM {schema}.agent_action e
+         WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
+  LEFT JOIN LATERAL (
+        SELECT f.id FROM {schema}.agent_action f
+         WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+           AND f.id >= coalesce(l.head_id, 0)
+         ORDER BY f.id LIMIT 1) f ON true
+  -- LIMIT keeps each lookup a lookup (see blocked_lanes).
+  JOIN LATERAL (
+        SELECT h.kind, h.state, h.due_at, h.lease_until, h.payload, h.idempotency_key
+          FROM {schema}.agent_action h
+         WHERE h.id = coalesce(x.id, f.id) LIMIT 1) h ON true
+ WHERE (h.state = 'ADMITTED' AND h.due_at <= now()
+        OR h.state = 'EXECUTING' AND h.lease_until <= now())
+   AND {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
+                             %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+ GROUP BY h.kind
+
+-- name: backlog_executing
+-- Executing actions under a live lease, by kind, for rows this build decodes: a pass over
+-- ux_agent_action_lane_executing, whose entries are the executing actions only (at most one
+-- a lane, and no more than the executors' concurrency).
+SELECT a.kind, count(*)
+  FROM {schema}.agent_action a
+ WHERE a.state = 'EXECUTING' AND a.lease_until > now()
+   AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
+                             %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+ GROUP BY a.kind
+
+-- name: backlog_counts
+-- The admitted and the proposed actions by kind, for rows this build decodes: a pass over
+-- every live action, so the executor counts it with the blocked lanes, once a minute. The
+-- waiting actions are the admitted ones less the due heads (backlog_due, read in the same
+-- snapshot). Proposals are live and hold their lanes: counted apart, as they wait for an
+-- admission, not for an executor.
 SELECT a.kind,
-       count(*) FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now()) AS due,
-       count(*) FILTER (WHERE a.state = 'EXECUTING') AS executing,
-       coalesce(extract(epoch FROM now() - min(a.due_at)
-                FILTER (WHERE a.state = 'ADMITTED' AND a.due_at <= now())), 0)::float8
-           AS oldest_due_age,
+       count(*) FILTER (WHERE a.state = 'ADMITTED') AS admitted,
        count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
   FROM {schema}.agent_action a
- WHERE a.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+ WHERE a.state IN ('PROPOSED', 'ADMITTED')
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  GROUP BY a.kind
@@ -472,6 +536,28 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
         OR NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                      %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]))
  ORDER BY b.created_at
+ LIMIT %(limit)s
+
+-- name: retrying_actions
+-- For `outbox status`: the live actions whose last attempt did not end them (a Retry, a
+-- Defer, a Reread, an attempt that raised), with that attempt's detail, the soonest to run
+-- again first. A pass over the live actions, as the blocked lanes: status runs once, when an
+-- operator asks; the executor never runs it.
+SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
+       a.last_detail, CASE WHEN a.state = 'ADMITTED' THEN a.due_at ELSE a.lease_until END AS at
+  FROM {schema}.agent_action a
+ WHERE a.state IN ('ADMITTED', 'EXECUTING') AND a.last_result IN ('Retry', 'Defer', 'Reread')
+ ORDER BY at, a.id
+ LIMIT %(limit)s
+
+-- name: recent_failures
+-- For `outbox status`: the actions that ended FAILED or UNCERTAIN in the last day, newest
+-- first, with their last attempt's detail (ix_agent_action_ended, read from its end).
+SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
+       a.last_detail, a.ended_at AS at, a.stop_reason
+  FROM {schema}.agent_action a
+ WHERE a.ended_at > now() - interval '1 day' AND a.state IN ('FAILED', 'UNCERTAIN')
+ ORDER BY a.ended_at DESC, a.id DESC
  LIMIT %(limit)s
 
 -- name: register_kind

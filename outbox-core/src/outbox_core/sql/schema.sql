@@ -30,7 +30,8 @@
 --   5. guard_agent_action the lifecycle, enforced by a trigger
 --   6. decodable_v1       whether this build decodes an action (rolling updates)
 --   7. claim_v1, claim_action_v1, claim_locked_v1 and their row type claimed_action_v1
---   8. settle_v1          the endings of a batch of attempts, and its row type settled_v1
+--   8. settle_v2          the endings of a batch of attempts, and its row type settled_v2;
+--                         settle_v1 (and settled_v1) for replicas of older builds
 --   9. schema_migration   what `outbox migrate` has applied
 --
 -- Objects that replicas of two builds share during a rolling update carry a version suffix
@@ -89,6 +90,9 @@ CREATE TABLE {schema}.agent_action (
     readback_ref        text,
     last_result         text,
     created_at          timestamptz NOT NULL DEFAULT now(),
+    -- Why the last attempt came out as last_result says, in the adapter's words (migration
+    -- 0013, so after created_at): a provider's code and a short reason, never the payload.
+    last_detail         text,
     -- The span active at enqueue (migration 0014): outbox_core/tracing.py.
     trace_context       jsonb,
     CONSTRAINT fk_agent_action_kind FOREIGN KEY (kind, at_most_once, instance_level)
@@ -263,7 +267,7 @@ $fn$;
 --     before its write started);
 --   * at the same epoch, with the attempt kept or one given back (only a claim raises it):
 --       - an ending of an executing action with a stop reason, no payload, ended_at set
---         (settle_v1 sets it) and the lease kept;
+--         (settle_v2 sets it) and the lease kept;
 --       - an update of an executing action that keeps it EXECUTING (a fence, a reread, a
 --         renewal) and the fence's mark once set, or returns it to ADMITTED with its lease
 --         cleared or kept (a retry, a deferral, a give-back);
@@ -631,10 +635,10 @@ END
 $fn$;
 
 -- 8. The settle -----------------------------------------------------------------------------
--- Attempts post their endings to a batcher that writes a batch in one call of settle_v1
--- (docs/design/claim.md, "Endings and fences"). What settle_v1 returns: an action in the
--- columns every reader selects (ACTION_COLUMNS in outbox_core/action.py), and what happened
--- to it:
+-- Attempts post their endings to a batcher that writes a batch in one call of settle_v2
+-- (docs/design/claim.md, "Endings and fences"). What settle_v1 and settle_v2 return: an
+-- action in the columns every reader selects (ACTION_COLUMNS in outbox_core/action.py; settle_v1
+-- without last_detail), and what happened to it:
 --   'ended'    an ending of this batch applied (the row as it is now);
 --   'claim', 'reclaim', 'reap_lost', 'reap_exhausted', 'expire'   as claim_locked_v1, for the
 --              next head of a lane whose head this batch ended (due_at and the columns an
@@ -666,8 +670,35 @@ CREATE TYPE {schema}.settled_v1 AS (
     created_at          timestamptz
 );
 
--- Apply a batch of endings (each only while its action is still in the state and at the
--- epoch its attempt saw), then for each lane involved:
+-- settled_v2: settled_v1 and the action's last_detail (migration 0013), NULL but for the
+-- 'ended' rows.
+CREATE TYPE {schema}.settled_v2 AS (
+    op                  text,
+    id                  bigint,
+    kind                text,
+    workspace_id        text,
+    lane_key            text,
+    idempotency_key     text,
+    payload             jsonb,
+    subject_account_id  text,
+    state               text,
+    attempt             integer,
+    max_attempts        integer,
+    epoch               bigint,
+    due_at              timestamptz,
+    expires_at          timestamptz,
+    lease_until         timestamptz,
+    write_started_at    timestamptz,
+    ended_at            timestamptz,
+    stop_reason         text,
+    readback_ref        text,
+    last_result         text,
+    created_at          timestamptz,
+    last_detail         text
+);
+
+-- settle_v2: apply a batch of endings, each with its detail (each only while its action is
+-- still in the state and at the epoch its attempt saw), then for each lane involved:
 --   * a lane whose head ended: lock it (SKIP LOCKED) and, when p_chain, claim its next head
 --     in a new statement (claim_locked_v1), so the lane does not wait for a claim loop;
 --   * any other lane (a retry, a deferral, a reread, or a lane another transaction held):
@@ -676,13 +707,13 @@ CREATE TYPE {schema}.settled_v1 AS (
 -- One round trip for the whole batch. The caller runs the kinds' ended() hooks in the same
 -- transaction when it has any (then it calls this inside an explicit transaction). The write
 -- fence is a statement of its own (begin_write in sql/queries.sql), not a function.
-CREATE FUNCTION {schema}.settle_v1(
+CREATE FUNCTION {schema}.settle_v2(
     p_ids bigint[], p_epochs bigint[], p_from_states text[], p_states text[],
     p_stop_reasons text[], p_readback_refs text[], p_delays float8[], p_fences text[],
-    p_prior_writes timestamptz[], p_uncounts integer[], p_results text[],
+    p_prior_writes timestamptz[], p_uncounts integer[], p_results text[], p_details text[],
     p_chain boolean, p_lease interval,
     p_kinds text[], p_paths jsonpath[], p_suffixes text[]
-) RETURNS SETOF {schema}.settled_v1
+) RETURNS SETOF {schema}.settled_v2
 LANGUAGE plpgsql
 -- Plan once, not on every call: planning these statements cost more than running them for
 -- the one-lane batches a busy lane sends, and the generic plan is as good for large ones.
@@ -712,15 +743,17 @@ BEGIN
                                                ELSE a.write_started_at END,
                attempt = a.attempt - e.uncount,
                last_result = e.result,
+               -- The attempt's detail, or NULL: a detail describes its own result only.
+               last_detail = e.detail,
                -- Set here, not by the guard's function, so that an ending takes the
                -- guard's fast path.
                ended_at = CASE WHEN e.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')
                                THEN now() ELSE a.ended_at END
           FROM unnest(p_ids, p_epochs, p_from_states, p_states, p_stop_reasons,
                       p_readback_refs, p_delays, p_fences, p_prior_writes, p_uncounts,
-                      p_results)
+                      p_results, p_details)
                AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence,
-                    prior_write, uncount, result)
+                    prior_write, uncount, result, detail)
          WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state
         RETURNING a
     )
@@ -746,7 +779,7 @@ BEGIN
             SELECT c.op, c.id, c.kind, c.workspace_id, c.lane_key, c.idempotency_key, c.payload,
                    c.subject_account_id, c.state, c.attempt, c.max_attempts, c.epoch,
                    NULL::timestamptz, c.expires_at, c.lease_until, c.write_started_at,
-                   NULL::timestamptz, NULL::text, NULL::text, NULL::text, c.created_at
+                   NULL::timestamptz, NULL::text, NULL::text, NULL::text, c.created_at, NULL::text
               FROM {schema}.claim_locked_v1(v_locked, p_lease, p_kinds, p_paths, p_suffixes) c;
         END IF;
     END IF;
@@ -779,14 +812,15 @@ BEGIN
     SELECT 'lowered', NULL::bigint, NULL::text, NULL::text, d.lane_key, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-           NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::timestamptz
+           NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::text
       FROM lowered d
      WHERE d.cleared
     UNION ALL
     SELECT 'skipped', NULL::bigint, NULL::text, NULL::text, w.lane_key, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
            w.at, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-           NULL::text, NULL::text, CASE WHEN w.cleared THEN 'cleared' END, NULL::timestamptz
+           NULL::text, NULL::text, CASE WHEN w.cleared THEN 'cleared' END, NULL::timestamptz,
+           NULL::text
       FROM wanted w
      WHERE w.lane_key NOT IN (SELECT lane_key FROM lowered)
        AND EXISTS (SELECT 1 FROM {schema}.action_lane l WHERE l.lane_key = w.lane_key);
@@ -795,8 +829,31 @@ BEGIN
     SELECT 'ended', x.id, x.kind, x.workspace_id, x.lane_key, x.idempotency_key, x.payload,
            x.subject_account_id, x.state, x.attempt, x.max_attempts, x.epoch, x.due_at,
            x.expires_at, x.lease_until, x.write_started_at, x.ended_at, x.stop_reason,
-           x.readback_ref, x.last_result, x.created_at
+           x.readback_ref, x.last_result, x.created_at, x.last_detail
       FROM unnest(v_ended) x;
+END
+$fn$;
+
+-- settle_v1, for replicas of builds before migration 0013: settle_v2 without details (their
+-- endings clear a detail that an earlier attempt left).
+CREATE FUNCTION {schema}.settle_v1(
+    p_ids bigint[], p_epochs bigint[], p_from_states text[], p_states text[],
+    p_stop_reasons text[], p_readback_refs text[], p_delays float8[], p_fences text[],
+    p_prior_writes timestamptz[], p_uncounts integer[], p_results text[],
+    p_chain boolean, p_lease interval,
+    p_kinds text[], p_paths jsonpath[], p_suffixes text[]
+) RETURNS SETOF {schema}.settled_v1
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    SELECT s.op, s.id, s.kind, s.workspace_id, s.lane_key, s.idempotency_key, s.payload,
+           s.subject_account_id, s.state, s.attempt, s.max_attempts, s.epoch, s.due_at,
+           s.expires_at, s.lease_until, s.write_started_at, s.ended_at, s.stop_reason,
+           s.readback_ref, s.last_result, s.created_at
+      FROM {schema}.settle_v2(p_ids, p_epochs, p_from_states, p_states, p_stop_reasons,
+                              p_readback_refs, p_delays, p_fences, p_prior_writes, p_uncounts,
+                              p_results, NULL::text[], p_chain, p_lease,
+                              p_kinds, p_paths, p_suffixes) s;
 END
 $fn$;
 

@@ -9,7 +9,8 @@ specification says must follow, by the kind's profile (read-back, at-most-once, 
 nothing outside). Every check also keeps the rules of every run (:meth:`Run.verify`): the
 first ``begin_write()`` of an action comes before its first write, no request reaches the
 provider while ``attempt.transaction()`` is open or while ``ended`` runs, every stop reason is
-declared, and no log record holds the payload's canary.
+declared, and no log record and no result's detail kept on an action holds the payload's
+canary.
 """
 
 from __future__ import annotations
@@ -415,9 +416,10 @@ def no_provider_request_inside_the_attempt_transaction(target: ConformanceTarget
 
 
 def no_payload_value_in_log_records(target: ConformanceTarget) -> None:
-    """No log record that an attempt emits, at any level, holds a value of the payload: a
-    canary string in the payload is looked for in every record of a run that goes well, one
-    whose write is refused, and one whose answer is lost."""
+    """No log record that an attempt emits, at any level, holds a value of the payload, and
+    neither does the detail its result leaves on the action: a canary string in the payload is
+    looked for in every record and every action of a run that goes well, one whose write is
+    refused, and one whose answer is lost."""
     with Run(target) as run:
         run.enqueue("logged")
         run.drain()
@@ -429,6 +431,7 @@ def no_payload_value_in_log_records(target: ConformanceTarget) -> None:
         run.drain()
         run.expect(bool(run.logs.records), "(the suite) the attempts' log records were captured")
         run.verify_logs()
+        run.verify_details()
 
 
 def _stall_timeout(run: Run) -> float:

@@ -204,6 +204,7 @@ class Run:
         self.verify_ended_calls_no_provider()
         self.verify_stop_reasons()
         self.verify_logs()
+        self.verify_details()
 
     def verify_fences(self) -> None:
         for action_id in self.recorder.requests_by_id:
@@ -269,6 +270,21 @@ class Run:
             not holding,
             "no payload value appears in a log record",
             f"the payload's canary string is in {len(holding)} record(s): {holding[:5]}",
+        )
+
+    def verify_details(self) -> None:
+        """A result's detail is kept on the action for operators (outbox_core.results): it
+        never holds a payload value."""
+        rows = self.db.rows(
+            "SELECT id, last_detail FROM {schema}.agent_action"
+            " WHERE kind = %s AND strpos(last_detail, %s) > 0",
+            (self.kind, self.canary),
+        )
+        self.expect(
+            not rows,
+            "no payload value appears in a result's detail",
+            f"the payload's canary string is in the last_detail of action(s) "
+            f"{[row[0] for row in rows][:5]}",
         )
 
 
