@@ -273,7 +273,8 @@ class OutboxSettings(SectionSettings):
     def _schema_is_plain(cls, value: str) -> str:
         if not SCHEMA_NAME.match(value):
             raise ValueError(
-                "use a lower-case name of letters, digits and underscores, e.g. 'outbox'"
+                "use a lower-case name of letters, digits and underscores (at most 56 "
+                "characters, not starting with a digit), e.g. 'outbox'"
             )
         return value
 
