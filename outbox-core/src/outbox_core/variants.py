@@ -129,7 +129,8 @@ class ActionVariants:
             if tag not in self.bodies:
                 raise InvalidRequest(
                     f"payload.{self.tag}",
-                    f"{kind} knows the variants {sorted(self.bodies)}; got {tag!r}",
+                    f"{kind} knows the variants {sorted(self.bodies)}; the payload names none "
+                    "of them",
                 )
             extra = set(payload) - {self.tag, self.body}
             if extra:
@@ -176,6 +177,13 @@ class ActionVariants:
                     "payload", f"{type(value).__qualname__} is not one of the declared bodies"
                 )
             return value.model_dump(mode="json")
+        if not isinstance(value, Mapping):
+            # dict() would take a list of pairs as an object, and fail on others obscurely.
+            raise InvalidRequest(
+                "payload",
+                f"must be a JSON object (a mapping) or a model of the kind's variants, not a "
+                f"{type(value).__name__}",
+            )
         return dict(value)
 
 
