@@ -4,6 +4,7 @@ registered variants (:mod:`.payloads`) and faults that the providers can be told
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from outbox_core import (
 )
 from outbox_core.testing import OutboxTestDatabase
 from outbox_email.testing import SmtpTestServer, serve_email
+from outbox_issues.adapter import CLEANUP_ISSUE, FILE_ISSUE, PUBLISH_REPORT, TRANSFER_ISSUE
+from outbox_issues.domain import cleanup_key, file_key, publish_key, transfer_key
 from outbox_issues.domain import lane as report_lane
 from outbox_issues.testing import GitHubTestServer, IssuesProvider, serve_issues
 from outbox_issues.testing.provider import WRITES
@@ -217,7 +220,16 @@ def issues(
             (subject, report),
         )
     assert request.lane_key == report_lane(report)
-    return request
+    # The kind's own key for the report: its ended() reads the report from the key.
+    return dataclasses.replace(request, idempotency_key=ISSUE_KEYS[kind](report))
+
+
+ISSUE_KEYS: dict[str, Callable[[str], str]] = {
+    FILE_ISSUE: lambda report: file_key(report, 1),
+    PUBLISH_REPORT: lambda report: publish_key(report, 1),
+    TRANSFER_ISSUE: transfer_key,
+    CLEANUP_ISSUE: cleanup_key,
+}
 
 
 STAGERS: dict[str, Stager] = {"outbox-slack": slack, "outbox-issues": issues}
