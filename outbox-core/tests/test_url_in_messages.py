@@ -16,7 +16,8 @@ SECRET = "pw-9d2c"
     "url",
     [
         f"postgresql://u:{SECRET}@[::1/db",
-        f"postgresql://u:{SECRET}@127.0.0.1:notaport/db",
+        f"postgresql://u:{SECRET}%zz@127.0.0.1/db",
+        f"postgresql://u:{SECRET}@127.0.0.1/db?sslmode",
     ],
 )
 def test_a_malformed_url_is_refused_without_its_password(url: str) -> None:

@@ -179,6 +179,7 @@ def test_no_command_prints_a_secret(outbox_db: OutboxTestDatabase) -> None:
         ({"OUTBOX_DATABASE_URL": f"mysql://u:{PASSWORD}@127.0.0.1/db"}, ["status"]),
         ({"OUTBOX_DATABASE_URL": f"postgresql://u:{PASSWORD}@127.0.0.1:1/db"}, ["status"]),
         ({"OUTBOX_DATABASE_URL": f"postgresql://u:{PASSWORD}@[::1/db"}, ["status"]),
+        ({"OUTBOX_DATABASE_URL": f"postgresql://u:{PASSWORD}%zz@127.0.0.1/db"}, ["status"]),
         ({"OUTBOX_DATABASE_URL": f"host=127.0.0.1 password={PASSWORD} port=x"}, ["status"]),
         ({"OUTBOX_DATABASE_URL": f"postgresql://nobody:{PASSWORD}@127.0.0.1:5432/x"}, ["migrate"]),
         (

@@ -60,8 +60,25 @@ def hide_url(message: str, url: str) -> str:
     it would still show (``postgresql://user:secret@...``, ``password=secret``)."""
     if url:
         message = message.replace(url, "(the database URL)")
+        userinfo = _userinfo(url)
+        if userinfo:
+            # libpq quotes the token it could not read: a piece of the password ("pw%zz").
+            message = _QUOTED.sub(
+                lambda quoted: '"***"' if quoted.group(1) in userinfo else quoted.group(0),
+                message,
+            )
     message = _URL_CREDENTIALS.sub(r"\1***@", message)
     return _PASSWORD_PARAMETER.sub(r"\1***", message)
+
+
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+def _userinfo(url: str) -> str:
+    """The ``user:password`` of a ``postgresql://`` URL ("" when it has none)."""
+    _, found, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0] if found else ""
+    return authority.rpartition("@")[0]
 
 
 def validation_problems(exc: ValidationError) -> str:
