@@ -74,13 +74,6 @@ def cli(world: World, *args: str) -> str:
     return text
 
 
-def enqueue_all(world: World, requests: list[ActionRequest]) -> list[int]:
-    with world.db.connect() as conn:
-        ids = [world.db.outbox.enqueue(conn, request).id for request in requests]
-        conn.commit()
-    return ids
-
-
 def staged(world: World, phase: str, pairs: list[tuple[str, Variant]]) -> list[ActionRequest]:
     """One request per variant of every kind, each free string of its payload holding the
     canary (checked: a stager that drops a field fails here)."""
@@ -155,13 +148,13 @@ def test_the_canary_in_every_payload_field_never_leaves_the_payload(
     for phase in PHASES:
         requests = staged(world, phase, pairs)
         world.fault(phase)
-        ids += enqueue_all(world, requests)
+        ids += world.enqueue(requests)
         db.drain()
         world.clear()
     # And one of each waiting (not due yet), one cancelled by the command line.
     later = datetime.now(UTC) + timedelta(hours=1)
     waiting = [dataclasses.replace(r, not_before=later) for r in staged(world, "later", pairs)]
-    waiting_ids = enqueue_all(world, waiting)
+    waiting_ids = world.enqueue(waiting)
     ids += waiting_ids
 
     states = db.rows(

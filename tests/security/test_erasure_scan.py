@@ -63,20 +63,13 @@ def requests_for(world: World, subject: str, tag: str, **changes: Any) -> list[A
     return out
 
 
-def enqueue(world: World, requests: list[Any]) -> list[int]:
-    with world.db.connect() as conn:
-        ids = [world.db.outbox.enqueue(conn, request).id for request in requests]
-        conn.commit()
-    return ids
-
-
 def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> None:
     db = world.db
     # Ended: DONE, FAILED, UNCERTAIN, CANCELLED (ABSENT), through every phase of the providers.
     for phase in PHASES:
         world.fault(phase)
         for subject in (SUBJECT, OTHER):
-            enqueue(world, requests_for(world, subject, phase))
+            world.enqueue(requests_for(world, subject, phase))
         db.drain()
         world.clear()
     # Then, drained no more: executing (a write dropped, to be read back), waiting (not due)
@@ -84,7 +77,7 @@ def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> 
     running = [
         action_id
         for subject in (SUBJECT, OTHER)
-        for action_id in enqueue(world, requests_for(world, subject, "running"))
+        for action_id in world.enqueue(requests_for(world, subject, "running"))
     ]
     world.fault("drop")
 
@@ -97,8 +90,8 @@ def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> 
     world.clear()
     later = datetime.now(UTC) + timedelta(hours=1)
     for subject in (SUBJECT, OTHER):
-        enqueue(world, requests_for(world, subject, "later", not_before=later))
-        enqueue(world, requests_for(world, subject, "proposed", proposed=True))
+        world.enqueue(requests_for(world, subject, "later", not_before=later))
+        world.enqueue(requests_for(world, subject, "proposed", proposed=True))
 
     states = {
         row[0]

@@ -130,6 +130,21 @@ def outbox_run(env: dict[str, str], *args: str, seconds: float = 4.0) -> str:
     return "".join(lines)
 
 
+def file_issue(db: OutboxTestDatabase, report: str) -> int:
+    """A FILE_ISSUE action to show, cancel and run (its report need not exist)."""
+    request = ActionRequest(
+        "FILE_ISSUE",
+        f"file_issue:{report}",
+        f"file_issue:{report}:1",
+        payload={"report": report, "generation": 1},
+        workspace_id="w",
+    )
+    with db.connect() as conn:
+        action_id = db.outbox.enqueue(conn, request).id
+        conn.commit()
+    return action_id
+
+
 def test_every_plugin_secret_is_found() -> None:
     assert {"OUTBOX_DATABASE_URL", "OUTBOX_EMAIL_PASSWORD", "OUTBOX_SLACK_TOKEN"} <= set(SECRETS)
     assert "OUTBOX_ISSUES_TOKEN" in SECRETS
@@ -137,36 +152,25 @@ def test_every_plugin_secret_is_found() -> None:
 
 def test_no_command_prints_a_secret(outbox_db: OutboxTestDatabase) -> None:
     db = outbox_db
-    with db.connect() as conn:
-        action = db.outbox.enqueue(
-            conn,
-            ActionRequest(
-                "FILE_ISSUE",
-                "file_issue:r1",
-                "file_issue:r1:1",
-                payload={"report": "r1", "generation": 1},
-                workspace_id="w",
-            ),
-        )
-        conn.commit()
+    action_id = file_issue(db, "r1")
     env = environment(db)
     outputs = {
         " ".join(args): command(env, *args)
         for args in (
             ["status"],
             ["status", "--json"],
-            ["show", str(action.id)],
-            ["show", "--payload", str(action.id)],
+            ["show", str(action_id)],
+            ["show", "--payload", str(action_id)],
             ["migrate"],
             ["migrate", "--print"],
             ["plugins"],
             ["erase", "--subject", "nobody"],
-            ["cancel", str(action.id)],
+            ["cancel", str(action_id)],
             ["--help"],
             ["run", "--help"],
         )
     }
-    assert '"kind": "FILE_ISSUE"' in outputs[f"show {action.id}"]
+    assert '"kind": "FILE_ISSUE"' in outputs[f"show {action_id}"]
     for args, output in outputs.items():
         assert leaked(output) == [], f"outbox {args}: {output}"
 
@@ -222,18 +226,7 @@ def test_outbox_run_never_logs_a_secret(outbox_db: OutboxTestDatabase) -> None:
     """The start line, the kinds it serves and stops, its connections and its attempts at
     DEBUG, with every secret set and actions to run against providers it cannot reach."""
     db = outbox_db
-    with db.connect() as conn:
-        db.outbox.enqueue(
-            conn,
-            ActionRequest(
-                "FILE_ISSUE",
-                "file_issue:r2",
-                "file_issue:r2:1",
-                payload={"report": "r2", "generation": 1},
-                workspace_id="w",
-            ),
-        )
-        conn.commit()
+    file_issue(db, "r2")
     env = environment(
         db,
         OUTBOX_SLACK_BASE_URL="http://127.0.0.1:1/api/",

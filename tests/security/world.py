@@ -104,6 +104,13 @@ class World:
         stager = STAGERS.get(distribution, generic)
         return stager(self, kind, variant, key, subject)
 
+    def enqueue(self, requests: list[ActionRequest]) -> list[int]:
+        """Enqueue ``requests`` in one transaction; their ids."""
+        with self.db.connect() as conn:
+            ids = [self.db.outbox.enqueue(conn, request).id for request in requests]
+            conn.commit()
+        return ids
+
     # -- faults --------------------------------------------------------------------------------
 
     def fault(self, phase: str) -> None:
