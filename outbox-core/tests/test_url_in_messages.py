@@ -36,3 +36,9 @@ def test_hide_url_takes_out_the_url_and_any_credentials_left() -> None:
     assert SECRET not in hide_url(f'bad URI: "{url}"', url)
     assert hide_url(f"at postgresql://x:{SECRET}@other/db", url) == "at postgresql://***@other/db"
     assert hide_url(f"password = '{SECRET} x' host=h", "") == "password = *** host=h"
+
+
+def test_hide_url_keeps_the_user_name_that_a_refusal_names() -> None:
+    url = f"postgresql://postgres:{SECRET}@h/db"
+    said = 'FATAL:  password authentication failed for user "postgres"'
+    assert hide_url(said, url) == said

@@ -60,11 +60,15 @@ def hide_url(message: str, url: str) -> str:
     it would still show (``postgresql://user:secret@...``, ``password=secret``)."""
     if url:
         message = message.replace(url, "(the database URL)")
-        userinfo = _userinfo(url)
-        if userinfo:
+        password = _url_password(url)
+        if password:
             # libpq quotes the token it could not read: a piece of the password ("pw%zz").
             message = _QUOTED.sub(
-                lambda quoted: '"***"' if quoted.group(1) in userinfo else quoted.group(0),
+                lambda quoted: (
+                    '"***"'
+                    if quoted.group(1) in password or password in quoted.group(1)
+                    else quoted.group(0)
+                ),
                 message,
             )
     message = _URL_CREDENTIALS.sub(r"\1***@", message)
@@ -74,11 +78,11 @@ def hide_url(message: str, url: str) -> str:
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
-def _userinfo(url: str) -> str:
-    """The ``user:password`` of a ``postgresql://`` URL ("" when it has none)."""
+def _url_password(url: str) -> str:
+    """The password of a ``postgresql://user:password@host`` URL, as written ("" if none)."""
     _, found, rest = url.partition("://")
     authority = rest.split("/", 1)[0].split("?", 1)[0] if found else ""
-    return authority.rpartition("@")[0]
+    return authority.rpartition("@")[0].partition(":")[2]
 
 
 def validation_problems(exc: ValidationError) -> str:
