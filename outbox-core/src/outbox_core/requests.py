@@ -99,9 +99,21 @@ def json_problem(value: Any, path: str = "payload") -> tuple[str, str] | None:
                 problem = text_problem(key, limit=None)
                 if problem is not None:
                     return where, f"has a key that {problem}"
-                todo.append((f"{where}.{key if len(key) <= 40 else key[:40] + '...'}", sub))
+                todo.append((f"{where}{key_segment(key)}", sub))
         elif isinstance(item, list | tuple):
             todo.extend((f"{where}[{index}]", sub) for index, sub in enumerate(item))
         else:
             return where, f"a {type(item).__name__} is not a JSON value"
     return None
+
+
+def key_segment(key: object) -> str:
+    """A payload path's step into ``key`` for a one-line message: ``.note``, ``[2]``, or a key
+    that is long or not printable as ``['a\\nb...']``."""
+    if isinstance(key, int):
+        return f"[{key}]"
+    text = str(key)
+    if text.isprintable() and 0 < len(text) <= 40 and not any(c in text for c in " .[]'"):
+        return f".{text}"
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    return f"[{shown!r}]"

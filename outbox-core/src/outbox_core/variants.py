@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ValidationError
 
 from .errors import InvalidRequest, UndecodableAction
-from .requests import text_problem
+from .requests import key_segment, text_problem
 
 KEY_SEGMENT_SEPARATOR = ":"
 _REGEX_SPECIALS = set(".^$*+?()[]{}|\\")
@@ -197,7 +197,7 @@ def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> Base
         return model.model_validate(value)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in (field, *error['loc']))}: {error['msg']}"
+            f"{field}{''.join(key_segment(part) for part in error['loc'])}: {error['msg']}"
             for error in exc.errors(include_input=False, include_url=False)
         )
         raise InvalidRequest(field, f"{kind} refuses it: {problems}") from None
