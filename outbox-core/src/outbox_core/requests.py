@@ -74,6 +74,11 @@ def json_problem(value: Any, path: str = "payload") -> tuple[str, str] | None:
     character or a lone surrogate, a number that is not finite or would come back as another
     number, a value of another type. The message names the place (``payload.items[2]``) and
     never the value."""
+    try:
+        if _clean(value):  # the common case, without building paths
+            return None
+    except RecursionError:
+        pass
     todo: list[tuple[str, Any]] = [(path, value)]
     while todo:
         where, item = todo.pop()
@@ -117,3 +122,33 @@ def key_segment(key: object) -> str:
         return f".{text}"
     shown = text if len(text) <= 40 else text[:40] + "..."
     return f"[{shown!r}]"
+
+
+def _clean(item: Any) -> bool:
+    """Whether ``item`` surely passes :func:`json_problem` (exact built-in types only: anything
+    else, and every problem, is left to its walk, which names the place)."""
+    kind = type(item)
+    if kind is str:
+        return "\x00" not in item and (item.isascii() or _encodes(item))
+    if kind is dict:
+        for key, sub in item.items():
+            if type(key) is not str or "\x00" in key or not (key.isascii() or _encodes(key)):
+                return False
+            if not _clean(sub):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_clean(sub) for sub in item)
+    if kind is int:
+        return bool(item.bit_length() <= _INT_BITS)
+    if kind is float:
+        return math.isfinite(item) and not (item.is_integer() and abs(item) >= 1e16)
+    return item is None or kind is bool
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
