@@ -11,20 +11,22 @@ report), so each action's own keys are blanked out of what is searched."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import traceback
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from click.testing import CliRunner
+from pydantic import BaseModel, Field
 
-from outbox_core import ActionRequest, OutboxError
+from outbox_core import ActionRequest, ActionVariants, OutboxError
 from outbox_core.cli import main
 
 from .conftest import telemetry
-from .payloads import Variant, string_values
+from .payloads import Variant, string_values, variants_of
 from .world import CANARY, PHASES, World, held
 
 Leak = tuple[str, str]
@@ -190,3 +192,46 @@ def test_the_canary_in_every_payload_field_never_leaves_the_payload(
     assert caplog.records, "the run's log records were captured"
     found_leaks = leaks(found, keys)
     assert found_leaks == [], "\n".join(f"{where}: {text}" for where, text in found_leaks)
+
+
+def test_a_new_kind_is_filled_from_its_variants_without_a_change_here() -> None:
+    """The derivation reaches every field of every variant: nested models, lists, optional and
+    aliased fields, mappings; closed sets get one of their values, free strings the canary."""
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    class Inner(BaseModel):
+        name: str
+        colour: Colour
+
+    class Body(BaseModel):
+        who: str
+        inner: Inner
+        many: list[Inner] = []
+        maybe: str | None = None
+        aliased: str = Field(default="x", alias="Aliased")
+        table: dict[str, str] = {}
+        mode: Literal["a", "b"] = "a"
+        count: int = 0
+
+    declarations = [
+        ActionVariants.one(Body),
+        ActionVariants.tagged("t", "b", {"one": Body, "two": Inner}),
+        ActionVariants.key_suffix(["create", "edit"], Body),
+    ]
+    found = [variant for d in declarations for variant in variants_of(d, CANARY)]
+    assert [v.name for v in found] == ["one", "one", "two", "create", "edit"]
+    body = found[0]
+    assert set(body.strings) == {
+        "who",
+        "inner.name",
+        "many[0].name",
+        "maybe",
+        "Aliased",
+        "table.k",
+    }
+    assert all(CANARY in value for value in string_values(body.payload, body.strings))
+    Body.model_validate(body.payload)
+    assert found[1].payload["t"] == "one" and "b.who" in found[1].strings
+    assert found[3].key_suffix == "create"
