@@ -180,7 +180,7 @@ class SecretAdapter(ActionAdapter):
         (
             ActionRequest("TEST_NOOP", "l", "k", max_attempts=0),
             InvalidRequest,
-            "max_attempts: must be an integer of at least 1, got 0",
+            "max_attempts: must be an integer from 1 to 2147483647, got 0",
         ),
         (
             ActionRequest("TEST_NOOP", "l", "k", expires_at=datetime(2000, 1, 1, tzinfo=UTC)),

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from .settings import OutboxSettings
+from .settings import OutboxSettings, hide_url
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -25,10 +25,10 @@ def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     sys.exit(code)
 
 
-def _unreachable(exc: psycopg.Error) -> NoReturn:
+def _unreachable(exc: psycopg.Error, url: str) -> NoReturn:
     if isinstance(exc, psycopg.ProgrammingError):
-        fail(f"the database URL is malformed: {exc}", EXIT_USAGE)
-    fail(f"cannot reach the database: {_first_line(exc)}")
+        fail(f"the database URL is malformed: {hide_url(str(exc), url)}", EXIT_USAGE)
+    fail(f"cannot reach the database: {hide_url(_first_line(exc), url)}")
 
 
 def _first_line(exc: psycopg.Error) -> str:
@@ -75,17 +75,18 @@ def connected(
         except psycopg.OperationalError as exc:
             left = deadline - time.monotonic()
             if not _may_come_back(exc) or left <= 0:
-                _unreachable(exc)
+                _unreachable(exc, url)
             pause = min(pause, left)
             click.echo(
-                f"outbox: the database is not answering yet ({_first_line(exc)}); trying again "
+                f"outbox: the database is not answering yet ({hide_url(_first_line(exc), url)}); "
+                f"trying again "
                 f"in {pause:.1f} s (OUTBOX_STARTUP_WAIT_SECONDS: {left:.0f} s left)",
                 err=True,
             )
             time.sleep(pause)
             pause = min(pause * 2, 10.0)
         except psycopg.ProgrammingError as exc:
-            _unreachable(exc)
+            _unreachable(exc, url)
     with conn:
         yield conn
 
@@ -96,7 +97,7 @@ async def aconnected(url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     try:
         conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
     except (psycopg.ProgrammingError, psycopg.OperationalError) as exc:
-        _unreachable(exc)
+        _unreachable(exc, url)
     async with conn:
         yield conn
 

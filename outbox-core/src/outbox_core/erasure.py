@@ -84,6 +84,10 @@ async def erase_subject(
         lanes = sorted({row[2] for row in deleted if row[3] in _IN_A_LANE} & locked)
         if lanes:
             await conn.execute(outbox.queries["lower_lanes_wait"], {"lanes": lanes})
+        # The lanes left with no live action go: their keys may name the subject.
+        emptied = sorted({row[2] for row in deleted} & locked)
+        if emptied:
+            await conn.execute(outbox.queries["drop_idle_lanes"], {"lanes": emptied})
         return deleted
 
     deleted = await lanes_first(

@@ -27,7 +27,7 @@ from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
 from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
 from .registry import KindRegistry, RegisteredKind
-from .requests import ActionRequest, Enqueued
+from .requests import MAX_ATTEMPTS, ActionRequest, Enqueued, json_problem, text_problem
 from .results import StopReason
 from .settings import OutboxSettings
 from .sqlfiles import core_queries, quote_schema
@@ -91,18 +91,31 @@ class Outbox:
         """Validate a request against its kind; InvalidRequest/UnknownKind name the culprit."""
         entry = self.registry.get(request.kind)
         adapter = entry.adapter
-        for name in ("lane_key", "idempotency_key"):
+        for name in ("lane_key", "idempotency_key", "workspace_id", "subject_account_id"):
             value = getattr(request, name)
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidRequest(name, "must be a non-empty string")
+            optional = name in ("workspace_id", "subject_account_id")
+            if value is None and optional:
+                continue
+            if not isinstance(value, str) or not (optional or value.strip()):
+                raise InvalidRequest(
+                    name, "must be a string" if optional else "must be a non-empty string"
+                )
+            problem = text_problem(value)
+            if problem is not None:
+                raise InvalidRequest(name, problem)
         max_attempts = (
             request.max_attempts
             if request.max_attempts is not None
             else adapter.default_max_attempts
         )
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS
+        ):
             raise InvalidRequest(
-                "max_attempts", f"must be an integer of at least 1, got {max_attempts!r}"
+                "max_attempts",
+                f"must be an integer from 1 to {MAX_ATTEMPTS}, got {max_attempts!r}",
             )
         if request.workspace_id is None and not adapter.instance_level:
             raise InvalidRequest(
@@ -133,6 +146,9 @@ class Outbox:
                     "the retention for every replica",
                 )
         payload = entry.variants.encode(request.payload)
+        misfit = json_problem(payload)
+        if misfit is not None:
+            raise InvalidRequest(*misfit)
         entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
         params = {
             "kind": request.kind,

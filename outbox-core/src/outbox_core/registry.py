@@ -106,6 +106,12 @@ class KindRegistry:
                 f"{where}; each kind has exactly one adapter"
             )
         entry = RegisteredKind(adapter, variants, distribution, version)
+        try:
+            # Derived now, not at the first claim: a name the claim's jsonpath or regular
+            # expression cannot hold would make every claim of every kind fail.
+            entry.json_path, entry.key_pattern  # noqa: B018
+        except (TypeError, ValueError) as exc:
+            raise RegistrationError(f"{where}: {adapter.__qualname__}.variants(): {exc}") from None
         self._kinds[kind] = entry
         return entry
 

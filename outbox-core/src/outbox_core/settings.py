@@ -51,6 +51,40 @@ def config_file_table(section: str = "outbox") -> dict[str, Any]:
     return dict(table) if isinstance(table, dict) else {}
 
 
+_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]*@")
+_PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def hide_url(message: str, url: str) -> str:
+    """``message`` (libpq's, about ``url``) without the URL and without any user and password
+    it would still show (``postgresql://user:secret@...``, ``password=secret``)."""
+    if url:
+        message = message.replace(url, "(the database URL)")
+        password = _url_password(url)
+        if password:
+            # libpq quotes the token it could not read: a piece of the password ("pw%zz").
+            message = _QUOTED.sub(
+                lambda quoted: (
+                    '"***"'
+                    if quoted.group(1) in password or password in quoted.group(1)
+                    else quoted.group(0)
+                ),
+                message,
+            )
+    message = _URL_CREDENTIALS.sub(r"\1***@", message)
+    return _PASSWORD_PARAMETER.sub(r"\1***", message)
+
+
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+def _url_password(url: str) -> str:
+    """The password of a ``postgresql://user:password@host`` URL, as written ("" if none)."""
+    _, found, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0] if found else ""
+    return authority.rpartition("@")[0].partition(":")[2]
+
+
 def validation_problems(exc: ValidationError) -> str:
     """A validation error as one line, ``field: message; ...``, without the input values (a
     value may be a secret)."""
@@ -169,6 +203,9 @@ class SectionSettings(BaseSettings):
     """
 
     toml_section: ClassVar[str] = "outbox"
+    # A value may be a secret: pydantic's own message (str(ValidationError)) never repeats it.
+    # Merged into each subclass's model_config.
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     @classmethod
     def load(cls, **values: Any) -> Self:
@@ -276,7 +313,8 @@ class OutboxSettings(SectionSettings):
     def _schema_is_plain(cls, value: str) -> str:
         if not SCHEMA_NAME.match(value):
             raise ValueError(
-                "use a lower-case name of letters, digits and underscores, e.g. 'outbox'"
+                "use a lower-case name of letters, digits and underscores (at most 56 "
+                "characters, not starting with a digit), e.g. 'outbox'"
             )
         return value
 
@@ -296,8 +334,9 @@ class OutboxSettings(SectionSettings):
         try:
             conninfo_to_dict(text)
         except ProgrammingError as exc:
-            # libpq's message, which names the bad part but never the password.
-            raise ValueError(f"malformed ({str(exc).strip()})") from None
+            # libpq's message names the bad part, and for a URI quotes it whole: with the
+            # password. It is said without the URL.
+            raise ValueError(f"malformed ({hide_url(str(exc).strip(), text)})") from None
         return SecretStr(text)
 
     @model_validator(mode="after")

@@ -10,7 +10,9 @@ import re
 from functools import cache
 from importlib import resources
 
-SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# At most 56 characters: the schema's wake-up channel, ``outbox_<schema>``, must fit in
+# PostgreSQL's names (63 bytes), or every enqueue's pg_notify() fails ("channel name too long").
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,55}$")
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
@@ -19,7 +21,7 @@ def quote_schema(schema: str) -> str:
     if not SCHEMA_NAME.match(schema):
         raise ValueError(
             f"schema {schema!r}: use a lower-case name of letters, digits and underscores "
-            "(at most 63 characters, not starting with a digit)"
+            "(at most 56 characters, not starting with a digit)"
         )
     return f'"{schema}"'
 

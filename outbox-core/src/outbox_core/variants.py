@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ValidationError
 
 from .errors import InvalidRequest, UndecodableAction
+from .requests import key_segment, text_problem
 
 KEY_SEGMENT_SEPARATOR = ":"
 _REGEX_SPECIALS = set(".^$*+?()[]{}|\\")
@@ -66,8 +68,11 @@ class ActionVariants:
         if not suffixes:
             raise ValueError("key_suffix(): declare at least one suffix")
         for value in suffixes:
-            if not value or KEY_SEGMENT_SEPARATOR in value:
+            if not isinstance(value, str) or not value or KEY_SEGMENT_SEPARATOR in value:
                 raise ValueError(f"key_suffix(): {value!r} is not one key segment")
+            problem = text_problem(value, limit=None)
+            if problem is not None:
+                raise ValueError(f"key_suffix(): {value!r} {problem}")
         _require_model(model, "key_suffix(model)")
         return cls(shape="key_suffix", model=model, suffixes=suffixes)
 
@@ -124,7 +129,8 @@ class ActionVariants:
             if tag not in self.bodies:
                 raise InvalidRequest(
                     f"payload.{self.tag}",
-                    f"{kind} knows the variants {sorted(self.bodies)}; got {tag!r}",
+                    f"{kind} knows the variants {sorted(self.bodies)}; the payload names none "
+                    "of them",
                 )
             extra = set(payload) - {self.tag, self.body}
             if extra:
@@ -171,6 +177,13 @@ class ActionVariants:
                     "payload", f"{type(value).__qualname__} is not one of the declared bodies"
                 )
             return value.model_dump(mode="json")
+        if not isinstance(value, Mapping):
+            # dict() would take a list of pairs as an object, and fail on others obscurely.
+            raise InvalidRequest(
+                "payload",
+                f"must be a JSON object (a mapping) or a model of the kind's variants, not a "
+                f"{type(value).__name__}",
+            )
         return dict(value)
 
 
@@ -184,7 +197,7 @@ def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> Base
         return model.model_validate(value)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in (field, *error['loc']))}: {error['msg']}"
+            f"{field}{''.join(key_segment(part) for part in error['loc'])}: {error['msg']}"
             for error in exc.errors(include_input=False, include_url=False)
         )
         raise InvalidRequest(field, f"{kind} refuses it: {problems}") from None
@@ -193,14 +206,28 @@ def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> Base
 # -- path derivation ---------------------------------------------------------------------------
 
 
+def _path_text(value: str, what: str) -> str:
+    """``value`` as a JSON path string literal: quoted and escaped, or ValueError for text that
+    PostgreSQL's jsonpath refuses (a NUL character, a lone surrogate), which would make every
+    claim of every kind fail."""
+    problem = text_problem(value, limit=None)
+    if problem is not None:
+        raise ValueError(f"the {what} {value!r} {problem}")
+    return json.dumps(value)
+
+
 def _key(prefix: str, name: str) -> str:
-    return f"{prefix}.{json.dumps(name)}"
+    return f"{prefix}.{_path_text(name, 'property name')}"
 
 
 def _literal(value: Any) -> str:
     if isinstance(value, enum.Enum):
         value = value.value
-    if isinstance(value, bool) or value is None or isinstance(value, int | float | str):
+    if isinstance(value, str):
+        return _path_text(value, "value")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"cannot put {value!r} in a JSON path")
+    if isinstance(value, bool) or value is None or isinstance(value, int | float):
         return json.dumps(value)
     raise TypeError(f"cannot put {value!r} in a JSON path")
 

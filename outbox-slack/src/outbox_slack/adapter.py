@@ -172,6 +172,10 @@ def lane_key(channel: str, thread_ts: str | None) -> str:
 _libs: tuple[ModuleType, ModuleType, ModuleType] | None = None
 
 
+_SDK_LOGGER = logging.getLogger("outbox_slack.slack_sdk")
+_SDK_LOGGER.setLevel(logging.WARNING)
+
+
 def _lib() -> tuple[ModuleType, ModuleType, ModuleType]:
     """(aiohttp, slack_sdk.web.async_client, slack_sdk.errors), imported when the adapter is
     built, never when the plugin is loaded (``outbox migrate`` stays light)."""
@@ -238,6 +242,10 @@ class _Clients:
             "base_url": settings.base_url,
             "session": self.session,
             "timeout": int(settings.request_timeout_seconds),
+            # slack_sdk logs every request and answer in full at DEBUG (the message's text, the
+            # metadata's turn and entries): its clients log to a logger that lets warnings
+            # through only, so an executor run at DEBUG never writes a post's content.
+            "logger": _SDK_LOGGER,
         }
         # No retry handler on the post client: a post resent after a dropped connection is a
         # second message (tests/test_post.py::test_a_post_is_never_resent_by_slack_sdk).

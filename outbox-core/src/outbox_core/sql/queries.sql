@@ -386,6 +386,17 @@ DELETE FROM {schema}.agent_action
  WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, kind, lane_key, state
 
+-- name: drop_idle_lanes
+-- Erasure: the lanes it took whose live actions are all gone. Their keys may name the erased
+-- account (applications write lanes such as account:<id>), and a lane without a live action
+-- needs no row: the next enqueue into it makes one again (its upsert, waiting on this delete,
+-- inserts). Ended actions need no lane row; those of other accounts keep their own lane key.
+DELETE FROM {schema}.action_lane l
+ WHERE l.lane_key = ANY(%(lanes)s::text[])
+   AND NOT EXISTS (SELECT 1 FROM {schema}.agent_action a
+                    WHERE a.lane_key = l.lane_key
+                      AND a.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING'))
+
 -- name: make_due
 -- drain(): every waiting action is due now, and every lease that a Reread set, on a row this
 -- build decodes, runs out now. Not every executing lease: an attempt that another executor is

@@ -1,0 +1,44 @@
+"""A database URL's password is never in an error: libpq quotes a malformed URI whole, and the
+settings' and the command's messages say it without the URL."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from outbox_core import ConfigurationError, OutboxSettings
+from outbox_core.settings import hide_url
+
+SECRET = "pw-9d2c"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://u:{SECRET}@[::1/db",
+        f"postgresql://u:{SECRET}%zz@127.0.0.1/db",
+        f"postgresql://u:{SECRET}@127.0.0.1/db?sslmode",
+    ],
+)
+def test_a_malformed_url_is_refused_without_its_password(url: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        OutboxSettings(database_url=url)
+    # Also pydantic's own message (an application may print it): the input is hidden.
+    assert "malformed" in str(refused.value)
+    assert SECRET not in str(refused.value)
+    with pytest.raises(ConfigurationError) as said:
+        OutboxSettings.load(database_url=url)
+    assert "malformed" in str(said.value) and SECRET not in str(said.value)
+
+
+def test_hide_url_takes_out_the_url_and_any_credentials_left() -> None:
+    url = f"postgresql://u:{SECRET}@h/db"
+    assert SECRET not in hide_url(f'bad URI: "{url}"', url)
+    assert hide_url(f"at postgresql://x:{SECRET}@other/db", url) == "at postgresql://***@other/db"
+    assert hide_url(f"password = '{SECRET} x' host=h", "") == "password = *** host=h"
+
+
+def test_hide_url_keeps_the_user_name_that_a_refusal_names() -> None:
+    url = f"postgresql://postgres:{SECRET}@h/db"
+    said = 'FATAL:  password authentication failed for user "postgres"'
+    assert hide_url(said, url) == said
