@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     faults = Faults(args.fail_rate, args.drop_rate, args.hold_seconds, args.seed)
+    # A deep listen queue: with http.server's 5, a crowd of new connections (an executor's
+    # first attempts) overflows it and the connects wait out SYN retransmissions.
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(Provider(faults)))
     server.daemon_threads = True
     print(server.server_address[1], flush=True)

@@ -62,6 +62,7 @@ class ChaosParams:
     drop_rate: float = 0.05
     seed: int = 1
     drain_seconds: float = 600.0  # after the producer: how long the actions may take to end
+    min_kills: int = 0  # the kill loop goes on after the producer until this many kills
 
     @property
     def restart_modes(self) -> list[str]:
@@ -80,6 +81,7 @@ CI_SIZE = ChaosParams(
     fence_margin_seconds=4.0,
     concurrency=20,
     drain_seconds=300.0,
+    min_kills=3,
 )
 
 
@@ -142,13 +144,24 @@ class Executors:
                     raise RuntimeError(f"an executor did not start: {path.read_text()[-2000:]}")
                 time.sleep(0.1)
 
-    def kill_one(self, rng: random.Random) -> None:
-        proc, log = self.running.pop(rng.randrange(len(self.running)))
+    def kill_one(self, rng: random.Random) -> bool:
+        """SIGKILL one executor that has started claiming, and start its replacement; False
+        (no kill) while fewer than all but one have started: under load a replacement takes
+        seconds to start, and a kill loop faster than that would leave no executor at all."""
+        started = [
+            i
+            for i, (_, log) in enumerate(self.running)
+            if b"executor.started" in Path(log.name).read_bytes()
+        ]
+        if len(started) < max(1, len(self.running) - 1):
+            return False
+        proc, log = self.running.pop(rng.choice(started))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         log.close()
         self.kills += 1
         self.start()
+        return True
 
     def stop(self, timeout: float = 60.0) -> None:
         for proc, _ in self.running:
@@ -224,6 +237,49 @@ class Producer(threading.Thread):
                     time.sleep(0.2)
         if conn is not None:
             conn.close()
+
+
+STUCK_SQL = """
+WITH heads AS (
+    SELECT DISTINCT ON (lane_key) id, lane_key, state, due_at, epoch, lease_until
+      FROM outbox.agent_action WHERE state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+     ORDER BY lane_key, id
+)
+SELECT h.id, h.lane_key, h.state, h.epoch, round(extract(epoch FROM now() - h.due_at)::numeric, 1),
+       round(extract(epoch FROM l.next_at - now())::numeric, 1), l.head_id, l.head_kind,
+       (SELECT max(e.ended_at) FROM outbox.agent_action e
+         WHERE e.lane_key = h.lane_key AND e.id < h.id) AS previous_ended
+  FROM heads h LEFT JOIN outbox.action_lane l USING (lane_key)
+ WHERE (h.state = 'ADMITTED' AND h.due_at < now() - interval '3 seconds'
+        AND coalesce((SELECT max(e.ended_at) FROM outbox.agent_action e
+                       WHERE e.lane_key = h.lane_key AND e.id < h.id), h.due_at)
+            < now() - interval '3 seconds')
+ ORDER BY h.due_at LIMIT 5
+"""
+
+
+class Monitor(threading.Thread):
+    """Every second, the due heads that waited more than 3 s, with their lane rows (to
+    ``monitor.log``: what to read when the worst wait of a due head is long)."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        super().__init__(name="chaos-monitor", daemon=True)
+        self.url = url
+        self.path = path
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with self.path.open("a") as out:
+            while not self.stopping.wait(1.0):
+                try:
+                    with psycopg.connect(self.url, connect_timeout=2) as conn:
+                        rows = conn.execute(STUCK_SQL).fetchall()
+                except psycopg.Error as exc:
+                    out.write(f"{time.time():.1f} {type(exc).__name__}\n")
+                    continue
+                for row in rows:
+                    out.write(f"{time.time():.1f} {row}\n")
+                out.flush()
 
 
 def _executor_env(params: ChaosParams, url: str, provider_port: int) -> dict[str, str]:
@@ -354,6 +410,8 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
             for _ in range(params.executors):
                 executors.start()
             executors.wait_started()
+            monitor = Monitor(cluster.url, logs / "monitor.log")
+            monitor.start()
             producer = Producer(params, cluster.url)
             producer.start()
             began = time.monotonic()  # the schedule of kills and restarts runs from here
@@ -363,7 +421,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
             ]
             next_kill = rng.uniform(params.kill_min_seconds, params.kill_max_seconds)
             try:
-                while producer.is_alive():
+                while producer.is_alive() or modes or executors.kills < params.min_kills:
                     elapsed = time.monotonic() - began
                     if modes and elapsed >= restart_at[0]:
                         restart_at.pop(0)
@@ -371,8 +429,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
                         say(
                             f"chaos: PostgreSQL restarted ({done.mode}) in {done.down_seconds:.1f} s"
                         )
-                    if elapsed >= next_kill:
-                        executors.kill_one(rng)
+                    if elapsed >= next_kill and executors.kill_one(rng):
                         next_kill = elapsed + rng.uniform(
                             params.kill_min_seconds, params.kill_max_seconds
                         )
@@ -386,6 +443,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
                         break
                     time.sleep(1.0)
             finally:
+                monitor.stopping.set()
                 executors.stop()
             actions = read_actions(cluster.url)
             restarts = _recoveries(cluster, actions)
@@ -393,6 +451,8 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
     finally:
         provider.terminate()
         provider.wait(10)
+    (logs / "writes.json").write_text(json.dumps([dataclasses.asdict(w) for w in writes]))
+    (logs / "actions.json").write_text(json.dumps([dataclasses.asdict(a) for a in actions]))
     verdict = check(writes, actions, at_most_once=[ONCE_KIND], logs=executors.texts())
     verdict.figures["producer_retries"] = producer.retried
     verdict.figures["log_events"] = log_events(executors.texts().values())
