@@ -188,6 +188,7 @@ def _figures(
     lanes: Mapping[str, Sequence[ActionRow]],
 ) -> dict[str, Any]:
     rows = list(rows)
+    epochs = {r.id: r.epoch for r in rows}
     endings = Counter((r.kind, r.state, r.stop_reason or "") for r in rows)
     outcomes = Counter((w.kind, w.outcome) for w in received)
     effects = {a: sum(1 for w in ws if w.effect) for a, ws in by_action.items()}
@@ -212,6 +213,13 @@ def _figures(
         "effects": sum(effects.values()),
         "duplicates": sum(1 for n in effects.values() if n > 1),
         "late_writes": sum(1 for w in received if w.late),
+        # Writes whose holder then lost the action to a later claim (killed, or its answer
+        # lost): the after-the-fence case that a pause would turn into a late write.
+        "written_then_reclaimed": sum(
+            1
+            for w in received
+            if w.effect and w.action_id in epochs and w.epoch < epochs[w.action_id]
+        ),
         "worst_wait_seconds": round(max(waits)[0], 3) if waits else None,
         "worst_wait_action": max(waits)[1] if waits else None,
         "worst_first_claim_wait_seconds": (

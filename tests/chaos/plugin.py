@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -51,6 +51,7 @@ from outbox_core import (
 READBACK_KIND = "CHAOS_READBACK"
 ONCE_KIND = "CHAOS_ONCE"
 KINDS = (READBACK_KIND, ONCE_KIND)
+PAUSED = 300.0  # the timeout of a call that a SIGSTOP test pauses: the test decides its end
 
 
 class ChaosSettings(SectionSettings):
@@ -65,9 +66,14 @@ class ChaosSettings(SectionSettings):
 
 
 class Write(BaseModel):
-    """The action's place in its lane (1, 2, ...), which the checker compares with the ids."""
+    """The action's place in its lane (1, 2, ...), which the checker compares with the ids.
+
+    ``pause`` is for the SIGSTOP tests: the action's first attempt to reach the provider's gate
+    waits there before its fence (``before_fence``), or its write waits there unapplied after
+    the fence (``after_fence``), until the test releases it; later attempts pass."""
 
     seq: int = Field(ge=1)
+    pause: Literal["before_fence", "after_fence"] | None = None
 
 
 class _ChaosAdapter(ConfiguredAdapter[ChaosSettings]):
@@ -103,6 +109,10 @@ class _ChaosAdapter(ConfiguredAdapter[ChaosSettings]):
         raise NotImplementedError
 
     async def write(self, attempt: ActionAttempt) -> AdapterResult:
+        pause = attempt.payload.get("pause")
+        if pause == "before_fence":
+            params: dict[str, str | int] = {"key": attempt.idempotency_key, "pid": os.getpid()}
+            await self._http.get().get("/gate", params=params, timeout=PAUSED)
         if not await attempt.fence().begin_write():
             return Abandoned()
         body = {
@@ -113,9 +123,13 @@ class _ChaosAdapter(ConfiguredAdapter[ChaosSettings]):
             "epoch": attempt.epoch,
             "kind": attempt.kind,
             "pid": os.getpid(),
+            "gate": pause == "after_fence",
         }
         try:
-            answer = await self._http.get().post("/write", json=body)
+            if pause == "after_fence":
+                answer = await self._http.get().post("/write", json=body, timeout=PAUSED)
+            else:
+                answer = await self._http.get().post("/write", json=body)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
             return Retry()  # the request never left
         except httpx.HTTPError:

@@ -9,7 +9,10 @@ without an answer (the effect exists; the writer cannot know). ``GET /effects?ke
 lists the effects of a key (a read back). ``GET /record`` returns every write as
 :class:`Write` fields, in the order they finished. ``POST /hold`` with ``{"key", "seconds"}`` holds
 that key's next write that long before it answers (a provider call that outlasts the fence
-margin).
+margin). Pause points for the SIGSTOP tests: ``GET /gate?key=K&pid=P`` (an adapter before its
+fence) and a write with ``"gate": true`` (a write in flight after the fence, not yet applied)
+wait until ``POST /release`` with ``{"key"}`` (the first to arrive: later ones pass); ``GET
+/arrivals`` names the pid that reached each gate.
 
 A write is *late* when a read back or write of the same key with a higher epoch reached the
 provider before it: a holder that passed its fence, stopped, and wrote after another holder of
@@ -78,6 +81,8 @@ class Provider:
         self._effects: dict[str, list[str]] = {}
         self._epochs: dict[str, int] = {}
         self._holds: dict[str, float] = {}
+        self._gates: dict[str, threading.Event] = {}
+        self._arrivals: dict[str, int] = {}
 
     def _seen(self, key: str, epoch: int) -> bool:
         """Note an epoch of ``key``; whether a higher one came first (lock held)."""
@@ -94,10 +99,35 @@ class Provider:
         with self._lock:
             self._holds[key] = seconds
 
+    def _gate(self, key: str) -> threading.Event:
+        with self._lock:
+            return self._gates.setdefault(key, threading.Event())
+
+    def wait_at_gate(self, key: str, pid: int) -> None:
+        """Hold the first caller at the gate of ``key`` until it is released (a test's pause
+        point); later callers (a later claim of the action) pass."""
+        gate = self._gate(key)
+        with self._lock:
+            if key in self._arrivals:
+                return
+            self._arrivals[key] = pid
+        gate.wait(300)
+
+    def release(self, key: str) -> None:
+        self._gate(key).set()
+
+    def arrivals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._arrivals)
+
     def receive(self, body: dict[str, Any]) -> tuple[str, str | None, float, dict[str, Any]]:
-        """Decide and record the effect: (outcome, effect, hold, the fields of the write)."""
+        """Decide and record the effect: (outcome, effect, hold, the fields of the write). A
+        write with ``"gate": true`` waits at its key's gate first, unapplied (a write in flight
+        from a holder that paused after its fence, applied after the gate opens)."""
         t_start = time.time()
         key = str(body["key"])
+        if body.get("gate"):
+            self.wait_at_gate(key, int(body["pid"]))
         with self._lock:
             late = self._seen(key, int(body["epoch"]))
             roll = self._rng.random()
@@ -147,9 +177,15 @@ def handler_for(provider: Provider) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _body(self) -> dict[str, Any]:
+        def _body(self) -> dict[str, Any] | None:
+            """The JSON body; None when the client went away before sending all of it (a
+            killed executor): that request never arrived."""
             length = int(self.headers.get("Content-Length") or 0)
-            value: dict[str, Any] = json.loads(self.rfile.read(length) or b"{}")
+            data = self.rfile.read(length)
+            if len(data) < length:
+                self.close_connection = True
+                return None
+            value: dict[str, Any] = json.loads(data or b"{}")
             return value
 
         def do_GET(self) -> None:
@@ -159,6 +195,11 @@ def handler_for(provider: Provider) -> type[BaseHTTPRequestHandler]:
                 key = query["key"][0]
                 epoch = int(query.get("epoch", ["0"])[0])
                 self._json(200, {"effects": provider.read_back(key, epoch)})
+            elif url.path == "/gate":
+                provider.wait_at_gate(query["key"][0], int(query["pid"][0]))
+                self._json(200, {})
+            elif url.path == "/arrivals":
+                self._json(200, {"arrivals": provider.arrivals()})
             elif url.path == "/record":
                 self._json(200, {"writes": provider.record()})
             else:
@@ -167,6 +208,12 @@ def handler_for(provider: Provider) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             url = urlsplit(self.path)
             body = self._body()
+            if body is None:
+                return
+            if url.path == "/release":
+                provider.release(str(body["key"]))
+                self._json(200, {})
+                return
             if url.path == "/hold":
                 provider.hold(str(body["key"]), float(body["seconds"]))
                 self._json(200, {})
@@ -190,6 +237,19 @@ def handler_for(provider: Provider) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A killed executor resets its connections: nothing to report."""
+
+    daemon_threads = True
+    # A deep listen queue: with http.server's 5, a crowd of new connections (an executor's
+    # first attempts) overflows it and the connects wait out SYN retransmissions.
+    request_queue_size = 1024
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
@@ -199,11 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     faults = Faults(args.fail_rate, args.drop_rate, args.hold_seconds, args.seed)
-    # A deep listen queue: with http.server's 5, a crowd of new connections (an executor's
-    # first attempts) overflows it and the connects wait out SYN retransmissions.
-    ThreadingHTTPServer.request_queue_size = 1024
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(Provider(faults)))
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", args.port), handler_for(Provider(faults)))
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

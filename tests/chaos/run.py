@@ -180,6 +180,11 @@ class Executors:
         return {p.name: p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log"))}
 
 
+def chaos_outbox() -> Outbox:
+    """An outbox with the chaos kinds only (as the executors load them)."""
+    return Outbox(host=build_host(use_entry_points=False, app_plugins=[PLUGIN]))
+
+
 class Producer(threading.Thread):
     """Enqueues the run's actions in batches spread over ``enqueue_seconds``, into lanes that are
     running; a batch whose connection broke (a restart) is enqueued again (same keys: the same
@@ -191,7 +196,7 @@ class Producer(threading.Thread):
         self.url = url
         self.error: BaseException | None = None
         self.retried = 0
-        self.outbox = Outbox(host=build_host(use_entry_points=False, app_plugins=[PLUGIN]))
+        self.outbox = chaos_outbox()
 
     def requests(self) -> list[ActionRequest]:
         rng = random.Random(self.params.seed)
@@ -282,7 +287,7 @@ class Monitor(threading.Thread):
                 out.flush()
 
 
-def _executor_env(params: ChaosParams, url: str, provider_port: int) -> dict[str, str]:
+def executor_env(params: ChaosParams, url: str, provider_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "PG"))}
     env.update(
         OUTBOX_DATABASE_URL=url,
@@ -404,7 +409,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
     try:
         with chaos_cluster() as cluster:
             durability = cluster.settings()
-            env = _executor_env(params, cluster.url, port)
+            env = executor_env(params, cluster.url, port)
             migrate(env)
             executors = Executors(env, logs)
             for _ in range(params.executors):
