@@ -308,7 +308,11 @@ def executor_env(params: ChaosParams, url: str, provider_port: int) -> dict[str,
     return env
 
 
-def start_provider(params: ChaosParams, *extra: str) -> tuple[subprocess.Popen[str], int]:
+def start_provider(
+    params: ChaosParams, *extra: str, log: Path | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """The provider process and its port; its stderr goes to ``log`` (checked for tracebacks)."""
+    stderr = log.open("w") if log is not None else None
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -324,8 +328,11 @@ def start_provider(params: ChaosParams, *extra: str) -> tuple[subprocess.Popen[s
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
+    if stderr is not None:
+        stderr.close()
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 
@@ -405,7 +412,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
     logs.mkdir(parents=True, exist_ok=True)
     rng = random.Random(params.seed)
     started = began = time.monotonic()
-    provider, port = start_provider(params)
+    provider, port = start_provider(params, log=logs / "provider.log")
     try:
         with chaos_cluster() as cluster:
             durability = cluster.settings()
