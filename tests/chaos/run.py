@@ -107,6 +107,8 @@ class Report:
             "executors_started": self.executors_started,
             "restarts": self.restarts,
             "seconds": round(self.seconds, 1),
+            "cpus": os.cpu_count(),
+            "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
             "figures": self.verdict.figures,
         }
 

@@ -226,9 +226,9 @@ def test_a_provider_call_that_outlasts_the_fence_margin_ends_inside_the_lease(
     rig.post("/hold", {"key": key, "seconds": PARAMS.fence_margin_seconds + 1})
     action_id = rig.enqueue(kind, key)
 
-    settled = ended(rig, action_id)
+    settled = ended(rig, action_id)  # before the provider answers: the effect is applied
     assert (settled.state, settled.stop_reason) == (state, reason)
-    writes = rig.writes(key)
+    writes = until("the held write to finish", lambda: rig.writes(key))
     assert [w.late for w in writes] == [False]  # one write
     assert writes[0].t_end - writes[0].t_start >= PARAMS.fence_margin_seconds
     logs = "".join(p.read_text() for p in {Path(log.name) for _, log in executors.running})
