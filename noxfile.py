@@ -1,10 +1,10 @@
 """Every check of the monorepo. `nox` runs `lint` (ruff), `types` (mypy --strict on every
 package), `tests` (each package's tests with only outbox-core, that package and the outbox-*
 packages it depends on installed) and `e2e` (the cross-package suites under tests/: rolling
-updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run, and
-the CI-sized chaos run with its checker's tests). Not in the default run: `nox -s chaos`, the
-full-sized chaos run of docs/reliability.md, and `nox -s bench`, the benchmarks of
-docs/benchmarks.md."""
+updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run,
+and the CI-sized chaos run, its SIGSTOP cases and its checker's tests). Not in the default run:
+`nox -s chaos`, the full-sized chaos run of docs/reliability.md, and `nox -s bench`, the
+benchmarks of docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python="3.11")
 def e2e(session: nox.Session) -> None:
     """The cross-package suites with every package: rolling updates, the quickstart, the plugin
-    guide, the docs' shell blocks, the benchmarks' smoke run, the CI-sized chaos run
-    (tests/chaos; CHAOS_SKIP=1 skips the run, not the checker's tests)."""
+    guide, the docs' shell blocks, the benchmarks' smoke run, the CI-sized chaos run and the
+    SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips those two, not the checker's tests)."""
     _local(session, *PACKAGES)
     session.install("-r", "tests/requirements.txt")
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
