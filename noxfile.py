@@ -2,9 +2,9 @@
 package), `tests` (each package's tests with only outbox-core, that package and the outbox-*
 packages it depends on installed) and `e2e` (the cross-package suites under tests/: rolling
 updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run,
-and the CI-sized chaos run, its SIGSTOP cases and its checker's tests). Not in the default run:
-`nox -s chaos`, the full-sized chaos run of docs/reliability.md, and `nox -s bench`, the
-benchmarks of docs/benchmarks.md."""
+the ORM integrations, the dashboard, and the CI-sized chaos run, its SIGSTOP cases and its
+checker's tests). Not in the default run: `nox -s chaos`, the full-sized chaos run of
+docs/reliability.md, and `nox -s bench`, the benchmarks of docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ PACKAGES = sorted(
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "types", "tests", "e2e"]
 nox.options.reuse_existing_virtualenvs = False
+
+# The core's optional extras that the e2e suite tests (tests/integrations: the ORMs;
+# tests/dashboard: the dashboard in Chromium); the core's own session installs none of them,
+# so the core alone is tested without them too.
+CORE_E2E_EXTRAS = ("sqlalchemy", "django", "dashboard")
 
 # Fails the session when an outbox-* distribution was installed from an index instead of this
 # checkout (a published outbox-core must never stand in for the one under test).
@@ -66,14 +71,17 @@ def _outbox_dependencies(package: str) -> list[str]:
     return found
 
 
-def _local(session: nox.Session, *packages: str, extra: str = "test") -> None:
+def _local(
+    session: nox.Session, *packages: str, extra: str = "test", core_extras: tuple[str, ...] = ()
+) -> None:
     """Installs `packages` with their test extra, and the outbox-* distributions they depend on
-    (the core always) from this checkout without extras."""
+    (the core always) from this checkout without extras; the core also with `core_extras`."""
     wanted = [p for p in packages if p != "outbox-core"]
     dependencies = ["outbox-core"]
     for package in wanted:
         dependencies += _outbox_dependencies(package)
-    specs = [f"./outbox-core[{extra}]"] + [f"./{package}[{extra}]" for package in wanted]
+    core = ",".join((extra, *core_extras))
+    specs = [f"./outbox-core[{core}]"] + [f"./{package}[{extra}]" for package in wanted]
     specs += sorted({f"./{d}" for d in dependencies if d not in wanted and d != "outbox-core"})
     session.install(*specs)
     session.run("python", "-c", CHECK_LOCAL)
@@ -91,9 +99,10 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python="3.11")
 def e2e(session: nox.Session) -> None:
     """The cross-package suites with every package: rolling updates, the quickstart, the plugin
-    guide, the docs' shell blocks, the benchmarks' smoke run, the CI-sized chaos run and the
-    SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips those two, not the checker's tests)."""
-    _local(session, *PACKAGES)
+    guide, the docs' shell blocks, the benchmarks' smoke run, the ORM integrations, the
+    dashboard, the CI-sized chaos run and the SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips
+    those two, not the checker's tests)."""
+    _local(session, *PACKAGES, core_extras=CORE_E2E_EXTRAS)
     session.install("-r", "tests/requirements.txt")
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
 
@@ -119,7 +128,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def types(session: nox.Session) -> None:
-    session.install("mypy==2.4.1", *(f"./{package}[test]" for package in PACKAGES))
+    session.install(
+        "mypy==2.4.1",
+        *(f"./{package}[test]" for package in PACKAGES if package != "outbox-core"),
+        "./outbox-core[" + ",".join(("test", *CORE_E2E_EXTRAS)) + "]",
+    )
     for package in PACKAGES:
         session.run("mypy", "--strict", f"{package}/src")
 

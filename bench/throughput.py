@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import select
@@ -114,6 +115,8 @@ async def worker(args: argparse.Namespace) -> None:
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
         metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    if args.otel_traces:
+        set_up_tracing()
     outbox = Outbox(schema="outbox", registry=bench_registry(), settings=settings)
     executor = Executor(outbox, args.url, settings=settings, kinds=[KINDS[args.kind]])
     tune_collector()  # as `outbox run` does
@@ -142,6 +145,23 @@ async def worker(args: argparse.Namespace) -> None:
     print(f"cpu_s {usage.ru_utime + usage.ru_stime:.3f}", flush=True)
 
 
+def set_up_tracing() -> None:
+    """An OpenTelemetry SDK tracer provider whose spans go through a batch processor (as an
+    application's would) to an exporter that drops them: the cost of making spans, not of
+    shipping them."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped(), max_queue_size=200_000))
+    trace.set_tracer_provider(provider)
+
+
 def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subprocess.Popen[str]]:
     command = [
         sys.executable,
@@ -162,6 +182,8 @@ def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subproc
         command += ["--profile", args.profile]
     if args.otel_sdk:
         command.append("--otel-sdk")
+    if args.otel_traces:
+        command.append("--otel-traces")
     procs = [
         subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ})
         for _ in range(args.processes)
@@ -201,7 +223,15 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                     conn.execute("VACUUM ANALYZE outbox.action_lane")
                 log(f"pending {args.pending}: {args.pending_count:,} rows in {timer.seconds:.1f} s")
         payload = {"mode": "fast"} if args.kind == "filtered" else {}
-        with psycopg.connect(db.url) as conn:
+        if args.otel_traces:
+            # Enqueued inside a span, so that every action carries a trace context to join.
+            from opentelemetry import trace
+
+            set_up_tracing()
+            enqueuing = trace.get_tracer("bench").start_as_current_span("bench enqueue")
+        else:
+            enqueuing = contextlib.nullcontext()
+        with enqueuing, psycopg.connect(db.url) as conn:
             for start in range(0, args.actions, 10_000):
                 stop = min(start + 10_000, args.actions)
                 outbox.enqueue_many(
@@ -352,6 +382,12 @@ def main() -> None:
         "--otel-sdk",
         action="store_true",
         help="configure an OpenTelemetry SDK in each worker (needs opentelemetry-sdk)",
+    )
+    parser.add_argument(
+        "--otel-traces",
+        action="store_true",
+        help="trace: enqueue inside a span and configure an OpenTelemetry SDK tracer provider "
+        "in each worker (spans made, then dropped; needs opentelemetry-sdk)",
     )
     parser.add_argument("--url", default=None)
     args = parser.parse_args()

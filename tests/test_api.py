@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 API_PAGE = REPO / "docs" / "api.md"
 PUBLIC_MODULES = {
     "outbox_core",
+    "outbox_core.integrations",
+    "outbox_core.integrations.django",
+    "outbox_core.integrations.sqlalchemy",
     "outbox_core.steps",
     "outbox_core.testing",
     "outbox_core.testing.conformance",

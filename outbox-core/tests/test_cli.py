@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,17 @@ def test_help_explains_the_configuration() -> None:
     result = outbox(None, "--help")
     assert result.exit_code == 0
     assert "OUTBOX_DATABASE_URL" in result.output and "quickstart" in result.output
-    for command in ("migrate", "run", "plugins", "status", "show", "cancel", "erase", "quickstart"):
+    for command in (
+        "migrate",
+        "run",
+        "run-now",
+        "plugins",
+        "status",
+        "show",
+        "cancel",
+        "erase",
+        "quickstart",
+    ):
         sub = outbox(None, command, "--help")
         assert sub.exit_code == 0 and "OUTBOX_DATABASE_URL" in sub.output, command
 
@@ -293,3 +304,34 @@ def test_a_plugins_bad_setting_is_one_line_naming_the_variable(
     monkeypatch.setenv("OUTBOX_DEMO_TAGS", "a")
     with pytest.raises(ConfigurationError, match="OUTBOX_DEMO_TAGS: cannot be parsed"):
         Section.load()
+
+
+def test_run_now_carries_out_a_due_lane_head_at_once(noop_installed: OutboxTestDatabase) -> None:
+    db = noop_installed
+    action_id = enqueue(db, "head")
+    result = outbox(db, "run-now", str(action_id))
+    assert result.exit_code == 0, result.output
+    assert f"ran action {action_id} (TEST_NOOP in lane lane): now DONE" in result.output
+    assert db.scalar("SELECT state FROM {schema}.agent_action") == "DONE"
+
+
+def test_run_now_of_an_action_behind_its_lanes_head_is_refused_and_changes_nothing(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    db = noop_installed
+    enqueue(db, "head", not_before=datetime.now(UTC) + timedelta(hours=1))
+    behind = enqueue(db, "behind")
+    before = snapshot(db)
+    result = outbox(db, "run-now", str(behind))
+    assert result.exit_code == 1
+    assert f"action {behind} is not the head of lane 'lane'" in result.output
+    assert snapshot(db) == before
+
+
+def test_run_now_of_an_ended_action_is_refused(noop_installed: OutboxTestDatabase) -> None:
+    db = noop_installed
+    action_id = enqueue(db, "head")
+    assert outbox(db, "run-now", str(action_id)).exit_code == 0
+    result = outbox(db, "run-now", str(action_id))
+    assert result.exit_code == 1
+    assert f"action {action_id} is DONE: only an admitted action can be run now" in result.output

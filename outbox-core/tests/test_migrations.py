@@ -137,7 +137,9 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         }
         read = {name.strip() for name in ACTION_COLUMNS.split(",")}
         assert read <= columns
-        assert columns - read == {"at_most_once", "instance_level"}
+        # The kind's flags (copies of the registry's) and the enqueuing span's trace context
+        # (read only by the executor while tracing is on: outbox_core/tracing.py).
+        assert columns - read == {"at_most_once", "instance_level", "trace_context"}
         indexes = {
             row[0]
             for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'outbox'")

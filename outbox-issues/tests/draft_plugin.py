@@ -58,6 +58,14 @@ class DraftAdapter(ActionAdapter):
         await domain.draft_ended(conn, "outbox", action.idempotency_key.split(":")[1])
 
 
+def serve(db: Any) -> None:
+    """Register :class:`DraftAdapter` for one test, in place of an installed DRAFT_REPORT (the
+    real outbox-draft, when a checkout has it installed too)."""
+    if DraftAdapter.kind in db.registry:
+        db.registry.unregister(DraftAdapter.kind)
+    db.register_kind(DraftAdapter)
+
+
 @hookimpl
 def outbox_issues_draft_request(draft: DraftContext) -> ActionRequest | None:
     if not ENABLED:

@@ -195,7 +195,7 @@ def test_a_stopped_filing_says_how_to_go_on(
 def test_with_a_draft_plugin_the_draft_runs_first_in_the_lane_and_the_issue_uses_its_answer(
     issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
 ) -> None:
-    issues_db.register_kind(draft_plugin.DraftAdapter)
+    draft_plugin.serve(issues_db)
     draft_plugin.ENABLED = True
 
     submitted = submit(issues_db)
@@ -216,7 +216,7 @@ def test_with_a_draft_plugin_the_draft_runs_first_in_the_lane_and_the_issue_uses
 def test_a_redraft_after_filed_enqueues_the_draft_and_a_publish_of_the_next_generation(
     issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
 ) -> None:
-    issues_db.register_kind(draft_plugin.DraftAdapter)
+    draft_plugin.serve(issues_db)
     draft_plugin.ENABLED = True
     submit(issues_db)
     issues_db.drain()
@@ -243,7 +243,7 @@ def test_a_redraft_after_filed_enqueues_the_draft_and_a_publish_of_the_next_gene
 def test_a_draft_hook_that_names_another_lane_is_refused_and_nothing_is_written(
     issues_db: OutboxTestDatabase,
 ) -> None:
-    issues_db.register_kind(draft_plugin.DraftAdapter)
+    draft_plugin.serve(issues_db)
     draft_plugin.ENABLED = True
     draft_plugin.LANE = "somewhere-else"
 

@@ -68,6 +68,59 @@ async def test_review_comments_on_a_pull_request_are_created_edited_listed_and_d
             await tracker.create_review_comment(PUBLIC, pull, "x", commit_id="", path="a", line=1)
 
 
+async def test_several_markers_are_found_in_one_listing_of_each_kind_of_comment(
+    tracker_server: GitHubTestServer,
+) -> None:
+    pull = tracker_server.add_pull_request(PUBLIC)
+    first, second, missing = (markers.action_marker(f"feedback:9:{n}:review") for n in (1, 2, 3))
+    async with client(tracker_server) as tracker:
+        for n in range(60):
+            await tracker.create_comment(PUBLIC, pull, f"comment {n}")
+        one = await tracker.create_comment(PUBLIC, pull, f"{first}\nsummary")
+        two = await tracker.create_review_comment(
+            PUBLIC, pull, f"{second}\nnit", commit_id="abc", path="a.py", line=2, side="LEFT"
+        )
+        before = len(tracker_server.requests)
+        found = await tracker.find_comments(PUBLIC, pull, [first, missing], per_page=25)
+        assert found.complete and found.pages == 3 and len(tracker_server.requests) == before + 3
+        assert found.item is not None and found.item[first].id == one.id
+        assert missing not in found.item
+        cut = await tracker.find_comments(PUBLIC, pull, [missing], per_page=25, max_pages=2)
+        assert not cut.complete and cut.item == {}
+        reviews = await tracker.find_review_comments(PUBLIC, pull, [second])
+        assert reviews.complete and reviews.item is not None
+        assert (reviews.item[second].id, reviews.item[second].side) == (two.id, "LEFT")
+        assert reviews.item[second].html_url is not None
+        assert reviews.item[second].html_url.endswith(f"/pull/{pull}#discussion_r{two.id}")
+
+
+async def test_a_review_comment_takes_line_and_side_and_the_deprecated_position_alone(
+    tracker_server: GitHubTestServer,
+) -> None:
+    pull = tracker_server.add_pull_request(PUBLIC)
+    async with client(tracker_server) as tracker:
+        with pytest.raises(Refused) as refused:
+            await tracker.create_review_comment(
+                PUBLIC,
+                pull,
+                "x",
+                commit_id="abc",
+                path="a.py",
+                line=2,
+                side="UP",  # type: ignore[arg-type]
+            )
+        assert refused.value.status == 422
+        assert refused.value.errors[0]["field"] == "side"
+        made = await tracker.request(
+            "POST",
+            f"/repos/{PUBLIC}/pulls/{pull}/comments",
+            json={"body": "old style", "commit_id": "abc", "path": "a.py", "position": 4},
+        )
+        assert made.json()["line"] == 4
+        edited = await tracker.update_review_comment(PUBLIC, made.json()["id"], "new body")
+        assert (edited.body, edited.line, edited.path) == ("new body", 4, "a.py")
+
+
 async def test_a_listing_cut_short_by_max_pages_is_not_complete(
     tracker_server: GitHubTestServer,
 ) -> None:

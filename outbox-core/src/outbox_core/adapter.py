@@ -105,7 +105,10 @@ class ActionAdapter(abc.ABC):
         """Called in the transaction that ended an action of this kind, however it ended
         (attempt, expiry, reaper). Move the domain row on here; never call a provider. Two
         batches of endings may be written at once, so calls for different actions can overlap
-        in two transactions (as they can across replicas): lock the domain rows you change."""
+        in two transactions (as they can across replicas): lock the domain rows you change.
+        A hook that raises rolls its ending back (the batch's other endings are written
+        without it); the executor writes it again after a pause, a few times, then leaves it
+        to the lease: take a row an application may hold under a short ``lock_timeout``."""
 
     async def rescheduled(
         self, conn: AsyncConnection[Any], action: Action, result: Retry | Defer

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from psycopg import AsyncConnection
 
+from . import tracing
 from .errors import OutboxError
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
     from pydantic import BaseModel
 
 
@@ -77,6 +79,8 @@ class WriteFence:
                 "fence first, or after the transaction"
             )
         answer = await attempt._backend.begin_write(attempt.id, attempt.epoch)
+        if attempt.span is not None:
+            tracing.fence_event(attempt.span, answer)
         if answer == "passed":
             attempt.fenced = True
             return True
@@ -103,6 +107,8 @@ class ActionAttempt:
         self.short_of_lease = False
         """True once a begin_write() was refused for the fence margin while the epoch was still
         this attempt's (not because another holder took the action)."""
+        self.span: Span | None = None
+        """The attempt's span while tracing is on (:mod:`outbox_core.tracing`), else None."""
 
     @property
     def id(self) -> int:

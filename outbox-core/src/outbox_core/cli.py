@@ -272,6 +272,66 @@ def show(state: State, action_id: int, payload: bool) -> None:
 
 
 @main.command(epilog=CONFIG_HELP)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8321, show_default=True, type=click.IntRange(1, 65535))
+@click.pass_obj
+@_guard
+def dashboard(state: State, host: str, port: int) -> None:
+    """Serve the operators' dashboard (extra outbox-core[dashboard]): the backlog, blocked
+    lanes, UNCERTAIN actions, failures, throughput, the installed kinds; cancel and run-now.
+    Bound to 127.0.0.1 by default; bound elsewhere it needs OUTBOX_DASHBOARD_TOKEN, which every
+    request must then carry (open it once with ?token=...)."""
+    import ipaddress
+    import os
+
+    token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and token is None:
+        fail(
+            f"--host {host}: a dashboard bound beyond this machine needs a token; set "
+            "OUTBOX_DASHBOARD_TOKEN (a long random string) or bind to 127.0.0.1",
+            EXIT_USAGE,
+        )
+    if token is not None and len(token) < 16:
+        fail("OUTBOX_DASHBOARD_TOKEN: use at least 16 characters", EXIT_USAGE)
+    url = state.require_url()
+    try:
+        import uvicorn
+
+        from .dashboard import create_app
+    except ImportError as exc:
+        fail(
+            f"the dashboard needs its extra ({exc.name} is missing): "
+            "pip install 'outbox-core[dashboard]'"
+        )
+    app = create_app(state.outbox(), url, token=token)
+    guarded = " (token required)" if token else ""
+    click.echo(f"outbox dashboard on http://{host}:{port}/{guarded}")
+    # Open pages hold their event streams: a stop waits this long for them, then ends them.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+
+
+@main.command("run-now", epilog=CONFIG_HELP)
+@click.argument("action_id", type=click.IntRange(min=1))
+@click.pass_obj
+@_guard
+def run_now(state: State, action_id: int) -> None:
+    """Carry out an admitted lane head at once (claimed and fenced as any claim), then print
+    how it stands. Refused for an action that is not a claimable head."""
+    url = state.require_url()
+    outbox = state.outbox()
+    from .operator import run_now as run_action_now
+
+    action = asyncio.run(run_action_now(outbox, url, action_id))
+    click.echo(
+        f"ran action {action.id} ({action.kind} in lane {action.lane_key}): now {action.state}"
+    )
+
+
+@main.command(epilog=CONFIG_HELP)
 @click.argument("action_id", type=click.IntRange(min=1))
 @click.pass_obj
 @_guard
@@ -279,31 +339,11 @@ def cancel(state: State, action_id: int) -> None:
     """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
     url = state.require_url()
     outbox = state.outbox()
-
-    from .action import Action
-    from .states import ActionState
+    from .operator import cancel_unstarted
 
     async def go() -> Any:
         async with aconnected(url) as conn:
-            cancelled = await outbox.acancel(conn, action_id)
-            if cancelled is None:
-                cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
-                row = await cursor.fetchone()
-                await conn.rollback()
-                if row is None:
-                    fail(f"no action {action_id}")
-                action = Action.from_row(row)
-                if action.state == ActionState.ADMITTED and action.write_started_at is not None:
-                    fail(
-                        f"action {action_id} waits out a deferral after its write started (the "
-                        "effect may exist): it is read back, not cancelled"
-                    )
-                fail(
-                    f"action {action_id} is {action.state}: only an action that has not started "
-                    "(PROPOSED or ADMITTED) can be cancelled"
-                )
-            await conn.commit()
-            return cancelled
+            return await cancel_unstarted(conn, outbox, action_id)
 
     cancelled = asyncio.run(go())
     click.echo(f"cancelled action {cancelled.id} ({cancelled.kind} in lane {cancelled.lane_key})")

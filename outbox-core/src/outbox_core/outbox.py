@@ -20,6 +20,7 @@ from typing import Any
 from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
 
+from . import tracing
 from .action import Action
 from .adapter import has_own
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
@@ -146,12 +147,16 @@ class Outbox:
             "max_attempts": max_attempts,
             "due_at": request.not_before,
             "expires_at": request.expires_at,
+            # Beside the payload, never in it (None without an active span): tracing.py.
+            "trace_context": tracing.current_context(),
         }
         return _Prepared(request, entry, params)
 
     def _single_params(self, prepared: _Prepared) -> dict[str, Any]:
         params = dict(prepared.params)
         params["payload"] = Jsonb(params["payload"])
+        if params["trace_context"] is not None:
+            params["trace_context"] = Jsonb(params["trace_context"])
         params["channel"] = self.channel
         return params
 
@@ -159,7 +164,8 @@ class Outbox:
         columns: dict[str, list[Any]] = {name: [] for name in prepared[0].params}
         for item in prepared:
             for name, value in item.params.items():
-                columns[name].append(Jsonb(value) if name == "payload" else value)
+                json = name == "payload" or (name == "trace_context" and value is not None)
+                columns[name].append(Jsonb(value) if json else value)
         return {**columns, "channel": self.channel}
 
     @staticmethod

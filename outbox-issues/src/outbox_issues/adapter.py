@@ -257,6 +257,8 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
     retry_base = timedelta(seconds=15)
     retry_cap = timedelta(minutes=30)
     stop_reasons = STOP_REASONS
+    event_prefix: ClassVar[str] = "issues"
+    """The first part of this kind's log events' names (``issues.tracker.refused``)."""
     # One request: its connect, then its read and write.
     provider_timeout_settings = ("connect_timeout_seconds", "request_timeout_seconds")
 
@@ -358,13 +360,20 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         left = latest + timedelta(seconds=self.settings.listing_lag_seconds) - facts.now
         return left if left > timedelta(0) else None
 
+    def result_of(self, attempt: ActionAttempt, error: TrackerError, wrote: bool) -> AdapterResult:
+        """The result a tracker failure proves for this kind (:func:`result_for`; an earlier
+        attempt's write counts as this one's)."""
+        return result_for(error, may_have_written=wrote or attempt.write_started)
+
     def failure(
         self, attempt: ActionAttempt, error: TrackerError, *, wrote: bool = False
     ) -> AdapterResult:
-        result = result_for(error, may_have_written=wrote or attempt.write_started)
+        """The failure's result (:meth:`result_of`), logged as
+        ``<event_prefix>.tracker.<failure>``."""
+        result = self.result_of(attempt, error, wrote)
         level = logging.WARNING if isinstance(result, Failed) else logging.INFO
         self.event(
-            "issues.tracker." + type(error).__name__.lower(),
+            f"{self.event_prefix}.tracker." + type(error).__name__.lower(),
             attempt,
             level,
             status=error.status,

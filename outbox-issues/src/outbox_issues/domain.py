@@ -13,7 +13,7 @@ The package README draws the diagram and says when each transition happens.
 The ``ended`` hooks move the filing: ``FILE_ISSUE`` DONE to FILED with the issue's number and
 URL; FAILED, UNCERTAIN or CANCELLED to STOPPED with the stop reason. ``outbox-draft`` moves it
 through the drafting states with :func:`draft_claimed`, :func:`draft_deferred`,
-:func:`keep_answer` and :func:`draft_ended`.
+:func:`keep_answer`, :func:`drop_answer` and :func:`draft_ended`.
 """
 
 from __future__ import annotations
@@ -271,6 +271,17 @@ async def keep_answer(
     cursor = await conn.execute(
         queries(schema)["keep_answer"],
         {"report": report_id, "generation": generation, "title": title, "body": body},
+    )
+    return await cursor.fetchone() is not None
+
+
+async def drop_answer(
+    conn: AsyncConnection[Any], schema: str, report_id: str, generation: int
+) -> bool:
+    """Drop an answer kept for ``generation`` (the draft ended without DONE: the filing goes on
+    with the report's own text). False when none was kept for it."""
+    cursor = await conn.execute(
+        queries(schema)["drop_answer"], {"report": report_id, "generation": generation}
     )
     return await cursor.fetchone() is not None
 

@@ -32,7 +32,7 @@ from .domain import (
     transfer_key,
 )
 from .errors import NotConfigured, NotFiled, ReportErased, UnknownReport
-from .hookspecs import DraftContext
+from .hookspecs import DraftContext, NoDraft
 from .settings import IssuesSettings
 
 REPORT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -51,6 +51,9 @@ class Submitted:
     publish_action_id: int | None = None
     draft_action_id: int | None = None
     transfer_action_id: int | None = None
+    draft_skipped: str | None = None
+    """Why no draft was enqueued although a draft plugin is installed (no model configured):
+    the issue uses the report's own text. None otherwise."""
 
 
 def _text(field: str, value: object, limit: int | None = None) -> str:
@@ -69,14 +72,15 @@ def _report_id(value: object) -> str:
     return value
 
 
-def _draft_request(outbox: Outbox, context: DraftContext) -> ActionRequest | None:
-    """The draft action an installed plugin (outbox-draft) asks for, checked."""
+def _draft_request(outbox: Outbox, context: DraftContext) -> ActionRequest | NoDraft | None:
+    """The draft action an installed plugin (outbox-draft) asks for, checked; or why it makes
+    none (:class:`NoDraft`)."""
     hook = getattr(outbox.host.hook, "outbox_issues_draft_request", None)
     if hook is None:
         return None
-    request = hook(draft=context)
-    if request is None:
-        return None
+    request = hook(draft=context, outbox=outbox)
+    if request is None or isinstance(request, NoDraft):
+        return request
     if not isinstance(request, ActionRequest):
         raise InvalidRequest("draft", f"the draft hook returned {request!r}, not an ActionRequest")
     if request.lane_key != context.lane_key or request.idempotency_key != context.idempotency_key:
@@ -88,13 +92,14 @@ def _draft_request(outbox: Outbox, context: DraftContext) -> ActionRequest | Non
     return request
 
 
-def _draft_context(report_id: str, generation: int, workspace_id: str) -> DraftContext:
+def _draft_context(report_id: str, generation: int, workspace_id: str, text: str) -> DraftContext:
     return DraftContext(
         report_id=report_id,
         generation=generation,
         workspace_id=workspace_id,
         lane_key=lane(report_id),
         idempotency_key=f"draft:{report_id}:{generation}",
+        text=text,
     )
 
 
@@ -130,7 +135,8 @@ def _submit_steps(
     _text("reporter_account_id", reporter_account_id)
     _text("title", title, MAX_TITLE)
     _text("text", text)
-    draft = _draft_request(outbox, _draft_context(report_id, 1, workspace_id))
+    asked = _draft_request(outbox, _draft_context(report_id, 1, workspace_id, text))
+    draft = asked if isinstance(asked, ActionRequest) else None
     filing = ActionRequest(
         kind=FILE_ISSUE,
         lane_key=lane(report_id),
@@ -166,6 +172,7 @@ def _submit_steps(
         created=True,
         file_action_id=filed.id,
         draft_action_id=drafted.id if drafted is not None else None,
+        draft_skipped=asked.reason if isinstance(asked, NoDraft) else None,
     )
 
 
@@ -244,7 +251,11 @@ def _edit_steps(
     state, generation, workspace, _ = _locked(row, report_id)
     _require_filed(state, report_id, "an edit or a re-draft")
     following = generation + 1
-    draft = _draft_request(outbox, _draft_context(report_id, following, workspace))
+    draft_text = text
+    if draft_text is None:
+        (draft_text,) = yield Sql("report_text", {"report": report_id}, "one")
+    asked = _draft_request(outbox, _draft_context(report_id, following, workspace, draft_text))
+    draft = asked if isinstance(asked, ActionRequest) else None
     publish = _publish_request(report_id, following, workspace)
     for request in (draft, publish):
         if request is not None:
@@ -263,6 +274,7 @@ def _edit_steps(
         created=True,
         publish_action_id=published.id,
         draft_action_id=drafted.id if drafted is not None else None,
+        draft_skipped=asked.reason if isinstance(asked, NoDraft) else None,
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from outbox_core import hookspec
 
 if TYPE_CHECKING:
-    from outbox_core import ActionRequest
+    from outbox_core import ActionRequest, Outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +28,38 @@ class DraftContext:
     before the filing (or the publish) behind it starts."""
     idempotency_key: str
     """``draft:<report>:<generation>``."""
+    text: str | None = None
+    """The report's text of this generation: what the draft would send to the model (check its
+    size here, before anything is written)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoDraft:
+    """What a draft plugin returns when it makes no draft of this generation on purpose (no
+    model configured): the report is filed with its own text, and ``reason`` is told to the
+    caller (:attr:`outbox_issues.Submitted.draft_skipped`)."""
+
+    reason: str
 
 
 @hookspec(firstresult=True)
-def outbox_issues_draft_request(draft: DraftContext) -> ActionRequest | None:
-    """Return the action that drafts this generation of a report (``DRAFT_REPORT``), or None
-    for no draft. The first implementation that returns a request wins.
+def outbox_issues_draft_request(
+    draft: DraftContext, outbox: Outbox
+) -> ActionRequest | NoDraft | None:
+    """Return the action that drafts this generation of a report (``DRAFT_REPORT``), a
+    :class:`NoDraft` saying why no draft is made, or None (no opinion). The first
+    implementation that returns something other than None wins. ``outbox`` is the caller's
+    (its registry holds the draft kind as the application registered it, settings included).
+
+    Raise :class:`~outbox_core.InvalidRequest` (with a one-line reason) for a report that
+    cannot be drafted (a text too long): the caller then writes nothing. Never call the network
+    here: it runs inside the application's transaction.
 
     Called by :func:`~outbox_issues.submit_report` and :func:`~outbox_issues.edit_report` in
     the application's transaction, under the filing's row lock, before they enqueue
     ``FILE_ISSUE`` or ``PUBLISH_REPORT``. The request must use ``draft.lane_key`` and
     ``draft.idempotency_key`` (anything else raises ``InvalidRequest`` and nothing is written):
     lane order is what makes the filing wait for the draft. Keep the answer on the filing
-    with :func:`outbox_issues.domain.keep_answer` and move the filing with ``draft_claimed``,
-    ``draft_deferred`` and ``draft_ended``."""
+    with :func:`outbox_issues.domain.keep_answer` (and drop it with ``drop_answer`` when the
+    draft did not end DONE) and move the filing with ``draft_claimed``, ``draft_deferred`` and
+    ``draft_ended``."""

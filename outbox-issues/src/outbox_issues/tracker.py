@@ -429,6 +429,30 @@ class GitHubTracker:
                 return Found(None, True, pages)
         return Found(None, False, pages)
 
+    async def _find_each(
+        self,
+        model: type[M],
+        url: str,
+        params: Mapping[str, Any],
+        wanted: Sequence[str],
+        max_pages: int,
+    ) -> Found[dict[str, M]]:
+        """One listing read once for several markers: the first entry holding each marker
+        (markers not found are missing from the mapping), and whether every page was read."""
+        found: dict[str, M] = {}
+        pages = 0
+        async for page, last in self._walk(url, params, max_pages):
+            pages += 1
+            for entry in page:
+                item = self._entry(model, entry, url)
+                body = getattr(item, "body", None) or ""
+                for marker in wanted:
+                    if marker not in found and marker in body:
+                        found[marker] = item
+            if last or len(found) == len(wanted):
+                return Found(found, True, pages)
+        return Found(found, False, pages)
+
     async def _list(
         self, model: type[M], url: str, params: Mapping[str, Any], max_pages: int
     ) -> list[M]:
@@ -568,6 +592,20 @@ class GitHubTracker:
         url = f"/repos/{repository}/issues/{number}/comments"
         return await self._find(Comment, url, {"per_page": per_page}, marker, max_pages)
 
+    async def find_comments(
+        self,
+        repository: str,
+        number: int,
+        markers: Sequence[str],
+        *,
+        per_page: int = 100,
+        max_pages: int = 50,
+    ) -> Found[dict[str, Comment]]:
+        """The comments holding each of ``markers``, from one listing of the issue's (or pull
+        request's conversation) comments; ``complete`` says whether every page was read."""
+        url = f"/repos/{repository}/issues/{number}/comments"
+        return await self._find_each(Comment, url, {"per_page": per_page}, markers, max_pages)
+
     # -- pull-request review comments ----------------------------------------------------------
 
     async def create_review_comment(
@@ -610,6 +648,20 @@ class GitHubTracker:
     ) -> Found[ReviewComment]:
         url = f"/repos/{repository}/pulls/{pull}/comments"
         return await self._find(ReviewComment, url, {"per_page": per_page}, marker, max_pages)
+
+    async def find_review_comments(
+        self,
+        repository: str,
+        pull: int,
+        markers: Sequence[str],
+        *,
+        per_page: int = 100,
+        max_pages: int = 50,
+    ) -> Found[dict[str, ReviewComment]]:
+        """The review comments holding each of ``markers``, from one listing of the pull
+        request's review comments; ``complete`` says whether every page was read."""
+        url = f"/repos/{repository}/pulls/{pull}/comments"
+        return await self._find_each(ReviewComment, url, {"per_page": per_page}, markers, max_pages)
 
     # -- GraphQL -------------------------------------------------------------------------------
 

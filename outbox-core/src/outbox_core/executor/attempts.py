@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from .. import tracing
 from ..adapter import ActionAdapter, egress_reset, egress_token
 from ..attempt import ActionAttempt, ClaimedAction
 from ..errors import AdapterContractError, InvalidRequest
@@ -23,6 +24,7 @@ from .endings import Endings
 from .fences import Fences
 from .outcomes import AttemptFacts, Ending, decide, exception_result, wrong_result
 from .runtime import Runtime
+from .traces import TraceContexts
 
 # The claim's ops that start an attempt; the others end the action (see _reap).
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
@@ -35,6 +37,7 @@ class Attempts:
         self.rt = runtime
         self.fences = fences
         self.endings = endings
+        self.traces = TraceContexts(runtime)
         self.running: set[asyncio.Task[None]] = set()
         # Every task started (attempts and endings of reaped or expired actions), for drain().
         self.started = 0
@@ -143,6 +146,7 @@ class Attempts:
         slots = self._slots_for(claimed.kind)
         if slots is not None:
             await slots.acquire()
+        traced = await self._trace(attempt) if tracing.enabled() else None
         started = time.perf_counter()
         result: AdapterResult | BaseException
         token = egress_token()
@@ -155,6 +159,8 @@ class Attempts:
             result = await adapter.execute(attempt)
         except asyncio.CancelledError:
             if task not in self._overdue:
+                if attempt.span is not None:  # the executor is closing: nothing is decided
+                    tracing.end_attempt(attempt.span, "Interrupted", None)
                 raise
             self._overdue.discard(task)
             result = TimeoutError(
@@ -175,6 +181,8 @@ class Attempts:
             self._deadlines.pop(task, None)
             self._overdue.discard(task)  # also when the adapter swallowed the cancellation
             egress_reset(token)
+            if traced is not None:
+                tracing.deactivate(traced)
             if slots is not None:
                 slots.release()
         if isinstance(result, TimeoutError):
@@ -196,6 +204,9 @@ class Attempts:
         if isinstance(result, BaseException):
             result_name = f"{result_name} (raised)"
         rt.tally.add(rt.instruments.attempts, ("kind", claimed.kind), ("result", result_name))
+        if attempt.span is not None:
+            error = result if isinstance(result, BaseException) else None
+            tracing.end_attempt(attempt.span, result_name, ending, error)
         if ending is None:
             rt.tally.add(rt.instruments.fence_refused, ("kind", claimed.kind))
             if attempt.short_of_lease and not attempt.fenced:
@@ -207,6 +218,14 @@ class Attempts:
             self._short_given.pop(claimed.id, None)
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
         self.endings.post(ending)
+
+    async def _trace(self, attempt: ActionAttempt) -> tracing.Activation:
+        """Start the attempt's span, child of the context stored at enqueue, and make it the
+        current span while execute() runs (so the provider client's spans nest under it); the
+        token that detaches it."""
+        stored = await self.traces.read(attempt.id)
+        attempt.span = tracing.start_attempt(attempt.action, stored)
+        return tracing.activate(attempt.span)
 
     def _wrong_result(
         self, claimed: ClaimedAction, attempt: ActionAttempt, result: object, problem: str

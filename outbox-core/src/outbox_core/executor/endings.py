@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timedelta
@@ -37,6 +38,10 @@ _END_EVENT = {
 }
 # A lane's wish to be looked at again: at that time (None: now), and whether its head cleared.
 LaneWish = tuple[datetime | None, bool]
+# The pauses before an ending whose ended()/rescheduled() hook raised is written again (a hook
+# that takes a domain row under a short lock_timeout, which an application transaction holds
+# for a moment). After the last one the ending is left to the action's lease, as before.
+HOOK_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 class _HookFailed(Exception):
@@ -56,6 +61,11 @@ class Endings:
         self._relower: dict[str, LaneWish] = {}
         self._relower_task: asyncio.Task[None] | None = None
         self._hooked: dict[str, bool] = {}
+        # Endings whose hook raised, waiting to be written again: (when, ending), and how many
+        # times each (action, epoch) was tried.
+        self._hook_waiting: list[tuple[float, Ending]] = []
+        self._hook_tries: dict[tuple[int, int], int] = {}
+        self._hook_task: asyncio.Task[None] | None = None
 
     def post(self, ending: Ending) -> None:
         """Write ``ending`` with the next batch, not waiting for it; a failed or stale write is
@@ -67,6 +77,12 @@ class Endings:
         return await self.batcher.submit(ending)
 
     async def close(self) -> None:
+        if self._hook_task is not None:
+            # Endings still waiting for their hook are left to their leases.
+            self._hook_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._hook_task
+            self._hook_task = None
         await self.batcher.close()
         if self._relower_task is not None:
             self._relower_task.cancel()
@@ -87,9 +103,12 @@ class Endings:
                     event("executor.relower.left", level=logging.INFO, lanes=len(missed))
 
     async def relowered(self) -> None:
-        """Wait until the lanes that wait to be lowered again were."""
+        """Wait until the lanes that wait to be lowered again were, and the endings whose hook
+        raised were written again (or given up on)."""
         if self._relower_task is not None:
             await self._relower_task
+        while self._hook_task is not None and not self._hook_task.done():
+            await self._hook_task
 
     def _checked(self, ending: Ending) -> Callable[[bool | BaseException], None]:
         def check(answer: bool | BaseException) -> None:
@@ -102,7 +121,7 @@ class Endings:
                     level=logging.ERROR,
                     error=repr(answer),
                 )
-            elif not answer:
+            elif not answer and (ending.action_id, ending.epoch) not in self._hook_tries:
                 action_event(
                     "action.end.stale",
                     ending.action_id,
@@ -175,6 +194,7 @@ class Endings:
             return await self._write(endings)
         except _HookFailed:
             if len(endings) == 1:
+                self._hook_failed(endings[0])
                 return [False]
             # One hook failed: write the others one by one, so only its action waits.
             answers = []
@@ -182,8 +202,36 @@ class Endings:
                 try:
                     answers.extend(await self._write([ending]))
                 except _HookFailed:
+                    self._hook_failed(ending)
                     answers.append(False)
             return answers
+
+    def _hook_failed(self, ending: Ending) -> None:
+        """Write ``ending`` again after a pause (its hook raised; the batch was written without
+        it), a few times; then its lease decides, as for a lost ending."""
+        key = (ending.action_id, ending.epoch)
+        tries = self._hook_tries.get(key, 0)
+        if tries >= len(HOOK_RETRY_DELAYS) or self.rt.stopping:
+            self._hook_tries.pop(key, None)
+            return
+        self._hook_tries[key] = tries + 1
+        self._hook_waiting.append((time.monotonic() + HOOK_RETRY_DELAYS[tries], ending))
+        if self._hook_task is None or self._hook_task.done():
+            self._hook_task = asyncio.create_task(self._hook_loop(), name="outbox-hook-retry")
+
+    async def _hook_loop(self) -> None:
+        while self._hook_waiting:
+            await asyncio.sleep(
+                max(0.0, min(at for at, _ in self._hook_waiting) - time.monotonic())
+            )
+            now = time.monotonic()
+            ready = [ending for at, ending in self._hook_waiting if at <= now]
+            self._hook_waiting = [(at, e) for at, e in self._hook_waiting if at > now]
+            await asyncio.gather(*(self.submit(e) for e in ready), return_exceptions=True)
+            for ending in ready:
+                # Written, stale or given up on, unless its hook failed again and it waits.
+                if not any(waiting is ending for _, waiting in self._hook_waiting):
+                    self._hook_tries.pop((ending.action_id, ending.epoch), None)
 
     async def _write(self, endings: Sequence[Ending]) -> list[bool]:
         """One batch in one round trip (settle_v1); in an explicit transaction only when a kind

@@ -118,6 +118,7 @@ class Executor:
         rt.accepting = False
         await self.endings.close()
         await self.fences.close()
+        await self.attempts.traces.close()
         rt.tally.flush()
         for kind, adapter in rt.adapters.items():
             try:

@@ -10,11 +10,11 @@
 WITH new_action AS (
     INSERT INTO {schema}.agent_action (
         kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
-        subject_account_id, state, max_attempts, due_at, expires_at)
+        subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
     VALUES (
         %(kind)s, %(at_most_once)s, %(instance_level)s, %(workspace_id)s, %(lane_key)s,
         %(idempotency_key)s, %(payload)s, %(subject_account_id)s, %(state)s, %(max_attempts)s,
-        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s)
+        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s, %(trace_context)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
@@ -45,16 +45,18 @@ WITH input AS (
             %(kind)s::text[], %(at_most_once)s::boolean[], %(instance_level)s::boolean[],
             %(workspace_id)s::text[], %(lane_key)s::text[], %(idempotency_key)s::text[],
             %(payload)s::jsonb[], %(subject_account_id)s::text[], %(state)s::text[],
-            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[])
+            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[],
+            %(trace_context)s::jsonb[])
            WITH ORDINALITY AS i(kind, at_most_once, instance_level, workspace_id, lane_key,
                                 idempotency_key, payload, subject_account_id, state,
-                                max_attempts, due_at, expires_at, position)
+                                max_attempts, due_at, expires_at, trace_context, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
-        payload, subject_account_id, state, max_attempts, due_at, expires_at)
+        payload, subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
     SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
-           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
+           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at,
+           trace_context
       FROM (-- The ids, drawn in the caller's order; OFFSET 0 keeps the sort below from drawing
             -- them in key order. A key that turns out to exist wastes its id, as a conflicting
             -- insert of the column's default would.
@@ -82,6 +84,12 @@ WITH input AS (
 SELECT idempotency_key, id,
        (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
   FROM new_action
+
+-- name: trace_contexts
+-- The trace contexts stored at enqueue of the actions about to run (only while tracing is on).
+SELECT id, trace_context
+  FROM {schema}.agent_action
+ WHERE id = ANY(%(ids)s::bigint[]) AND trace_context IS NOT NULL
 
 -- name: find_by_keys
 SELECT idempotency_key, id, kind, lane_key
@@ -477,3 +485,43 @@ ON CONFLICT (kind) DO NOTHING
 SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at IS NOT NULL)
   FROM {schema}.agent_action
  WHERE id = ANY(%(ids)s::bigint[])
+
+-- The dashboard's panels (outbox_core/dashboard). Each reads what an operator reviews, never
+-- a payload.
+
+-- name: dashboard_state_counts
+-- Every action by kind and state (the ended ones too, until retention deletes them): one pass
+-- over the table, made when a page or a live refresh asks (at most once a second per viewer).
+SELECT kind, state, count(*) FROM {schema}.agent_action GROUP BY kind, state ORDER BY kind, state
+
+-- name: dashboard_oldest_due
+SELECT id, kind, lane_key, due_at, extract(epoch FROM now() - due_at)::float8
+  FROM {schema}.agent_action
+ WHERE state = 'ADMITTED' AND due_at <= now()
+ ORDER BY due_at, id
+ LIMIT 1
+
+-- name: dashboard_uncertain
+-- The UNCERTAIN actions to review, newest first (the partial index of UNCERTAIN rows).
+SELECT id, kind, lane_key, readback_ref, stop_reason, ended_at
+  FROM {schema}.agent_action
+ WHERE state = 'UNCERTAIN'
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
+-- name: dashboard_failures
+-- Failures of the last day by kind and stop reason (through the index of ended actions).
+SELECT kind, stop_reason, count(*), max(ended_at)
+  FROM {schema}.agent_action
+ WHERE state = 'FAILED' AND ended_at > now() - interval '1 day'
+ GROUP BY kind, stop_reason
+ ORDER BY count(*) DESC, kind, stop_reason
+
+-- name: dashboard_throughput
+-- Actions ended in each minute of the last hour, by the state they ended in; minutes without
+-- any are left out (the page draws them as empty).
+SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
+  FROM {schema}.agent_action
+ WHERE ended_at > now() - interval '1 hour'
+ GROUP BY 1, 2
+ ORDER BY 1, 2

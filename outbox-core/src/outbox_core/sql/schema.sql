@@ -89,12 +89,17 @@ CREATE TABLE {schema}.agent_action (
     readback_ref        text,
     last_result         text,
     created_at          timestamptz NOT NULL DEFAULT now(),
+    -- The span active at enqueue (migration 0014): outbox_core/tracing.py.
+    trace_context       jsonb,
     CONSTRAINT fk_agent_action_kind FOREIGN KEY (kind, at_most_once, instance_level)
         REFERENCES {schema}.action_kind (kind, at_most_once, instance_level),
     CONSTRAINT ck_agent_action_state CHECK (
         state IN ('PROPOSED', 'ADMITTED', 'EXECUTING', 'DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')),
     CONSTRAINT ck_agent_action_workspace CHECK (instance_level OR workspace_id IS NOT NULL)
 ) WITH (fillfactor = 70);
+
+COMMENT ON COLUMN {schema}.agent_action.trace_context IS
+    'W3C trace context (traceparent, tracestate) of the span active at enqueue; NULL without one';
 
 -- The action's indexes. The claim reads a lane's head through ix_agent_action_lane_live (one
 -- descent however long the lane: docs/design/claim.md, "How"); ux_agent_action_lane_executing

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -25,6 +25,8 @@ from ..plugins import PluginHost
 from ..registry import KindRegistry
 from ..settings import OutboxSettings
 from .draining import drain
+
+A = TypeVar("A", bound=type[ActionAdapter])
 
 ENV_URL = "OUTBOX_TEST_DATABASE_URL"
 LOCAL_CANDIDATES = (
@@ -162,6 +164,20 @@ class OutboxTestDatabase:
 
     async def aconnect(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
         return await aconnect(self.url, **kwargs)
+
+    def replace_adapter(self, adapter: A, *, distribution: str) -> A:
+        """Register ``adapter`` (e.g. a class bound to a loopback server's settings) in place of
+        the one registered for its kind, keeping that one's distribution and version
+        (``distribution`` when none was registered). Returns ``adapter``."""
+        kind = adapter.kind
+        current = self.registry.get(kind) if kind in self.registry else None
+        self.registry.unregister(kind)
+        self.registry.register(
+            adapter,
+            distribution=current.distribution if current is not None else distribution,
+            version=current.version if current is not None else "",
+        )
+        return adapter
 
     def register_kind(self, adapter: type[ActionAdapter], *, line: str = "test") -> None:
         """Register a throwaway kind for this test: in the registry and in the database."""

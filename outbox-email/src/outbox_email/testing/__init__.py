@@ -56,10 +56,4 @@ def serve_email(
     else:
         registry = NoticeRegistry(notices, source="(test)")
     bound = EmailAdapter.bind(registry, settings=server.settings(**settings))
-    db.registry.unregister(KIND)
-    db.registry.register(
-        bound,
-        distribution=current.distribution if current is not None else "outbox-email",
-        version=current.version if current is not None else "",
-    )
-    return bound
+    return db.replace_adapter(bound, distribution="outbox-email")

@@ -114,6 +114,18 @@ UPDATE {schema}.issue_filing
  WHERE report_id = %(report)s AND generation = %(generation)s AND erased_at IS NULL
 RETURNING report_id
 
+-- name: report_text
+-- A re-draft without new text drafts the stored one.
+SELECT text FROM {schema}.issue_report WHERE report_id = %(report)s
+
+-- name: drop_answer
+-- outbox-draft: a draft that ended without DONE keeps no answer for its generation (an earlier
+-- attempt of it may have kept one before its ending was lost).
+UPDATE {schema}.issue_filing
+   SET draft_generation = NULL, draft_title = NULL, draft_body = NULL
+ WHERE report_id = %(report)s AND draft_generation = %(generation)s
+RETURNING report_id
+
 -- name: reports_of_subject
 SELECT r.report_id
   FROM {schema}.issue_report r

@@ -14,7 +14,8 @@ Only the standard library: ``pip install outbox-issues`` is enough.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..adapter import ADAPTERS, TrackerAdapter
 from .provider import IssuesProvider, conformance_target
@@ -22,6 +23,8 @@ from .server import LOGIN, PRIVATE, PUBLIC, TOKEN, Fault, GitHubTestServer, Stor
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
+
+A = TypeVar("A", bound=TrackerAdapter)
 
 __all__ = [
     "LOGIN",
@@ -33,9 +36,21 @@ __all__ = [
     "IssuesProvider",
     "StoredIssue",
     "Write",
+    "bind_kinds",
     "conformance_target",
     "serve_issues",
 ]
+
+
+def bind_kinds(
+    db: OutboxTestDatabase, adapters: Sequence[type[A]], settings: Any, distribution: str
+) -> list[type[A]]:
+    """Register ``adapters`` bound to ``settings`` in this test's database in place of the
+    registered ones (keeping their distribution and version). Returns the bound classes."""
+    return [
+        db.replace_adapter(adapter.bind(settings), distribution=distribution)
+        for adapter in adapters
+    ]
 
 
 def serve_issues(
@@ -44,17 +59,4 @@ def serve_issues(
     """Make ``FILE_ISSUE``, ``PUBLISH_REPORT``, ``CLEANUP_ISSUE`` and ``TRANSFER_ISSUE`` in this
     test's database talk to ``server`` (``settings`` override the server's defaults, e.g.
     ``listing_lag_seconds=0``). Returns the adapter classes now registered."""
-    bound_settings = server.settings(**settings)
-    bound = []
-    for adapter in ADAPTERS:
-        current = db.registry.get(adapter.kind) if adapter.kind in db.registry else None
-        cls = adapter.bind(bound_settings)
-        if current is not None:
-            db.registry.unregister(adapter.kind)
-        db.registry.register(
-            cls,
-            distribution=current.distribution if current is not None else "outbox-issues",
-            version=current.version if current is not None else "",
-        )
-        bound.append(cls)
-    return bound
+    return bind_kinds(db, ADAPTERS, server.settings(**settings), "outbox-issues")

@@ -88,7 +88,7 @@ class IssuesProvider:
         report = str(
             payload["report"] if isinstance(payload, Mapping) else payload.model_dump()["report"]
         )
-        op = WRITES[self.kind]
+        op = self.write_op()
         with self.server.lock:
             recorded = [write for write in self.server.writes if write.op == op]
         if self.kind == FILE_ISSUE:
@@ -99,9 +99,13 @@ class IssuesProvider:
         own = markers.inert_key(request.idempotency_key)
         return sum(1 for write in recorded if own in write.markers)
 
+    def write_op(self) -> str:
+        """The server operation this kind writes with: where a fault is put."""
+        return WRITES[self.kind]
+
     def fault(self, fault: Fault) -> None:
         self._looked()
-        op = WRITES[self.kind]
+        op = self.write_op()
         match fault:
             case "refuse":
                 self.server.refuse_connections()

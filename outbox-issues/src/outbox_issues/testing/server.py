@@ -428,12 +428,25 @@ class GitHubTestServer:
             return issue
 
     def comments_on(self, repository: str, number: int) -> list[StoredComment]:
+        """The conversation comments of an issue or a pull request."""
         with self.lock:
             return [
                 c
                 for c in self.comments.values()
                 if c.repository == repository and c.number == number and not c.review
             ]
+
+    def review_comments_on(self, repository: str, pull: int) -> list[StoredComment]:
+        """The review comments (on lines of the diff) of a pull request, oldest first."""
+        with self.lock:
+            return sorted(
+                (
+                    c
+                    for c in self.comments.values()
+                    if c.repository == repository and c.number == pull and c.review
+                ),
+                key=lambda c: c.id,
+            )
 
     # -- state changes (under the lock) --------------------------------------------------------
 
@@ -517,13 +530,17 @@ class GitHubTestServer:
 
     def comment_json(self, comment: StoredComment) -> dict[str, Any]:
         kind = "pulls" if comment.review else "issues"
+        # A review comment's page anchor is #discussion_r<id>, a conversation comment's
+        # #issuecomment-<id> (on /pull/<n> for a pull request, as GitHub links them).
+        page = "pull" if comment.review else "issues"
+        anchor = "discussion_r" if comment.review else "issuecomment-"
         data: dict[str, Any] = {
             "id": comment.id,
             "node_id": comment.node_id,
             "body": comment.body,
             "user": {"login": comment.user, "id": 1, "type": "User"},
-            "html_url": f"{self.base_url}/{comment.repository}/{kind}/{comment.number}"
-            f"#issuecomment-{comment.id}",
+            "html_url": f"{self.base_url}/{comment.repository}/{page}/{comment.number}"
+            f"#{anchor}{comment.id}",
             "url": f"{self.api_url}/repos/{comment.repository}/{kind}/comments/{comment.id}",
             "created_at": _iso(comment.created_at),
             "updated_at": _iso(comment.updated_at),
@@ -533,8 +550,12 @@ class GitHubTestServer:
                 path=comment.path,
                 commit_id=comment.commit_id,
                 line=comment.line,
+                original_line=comment.line,
                 side=comment.side,
+                subject_type="line",
                 pull_request_review_id=1,
+                pull_request_url=f"{self.api_url}/repos/{comment.repository}/pulls/"
+                f"{comment.number}",
             )
         return data
 
@@ -552,6 +573,10 @@ class _Answer(Exception):
         self.status = status
         self.body = body
         self.headers = headers or {}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _error(status: int, message: str, **extra: Any) -> _Answer:
@@ -917,7 +942,33 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.tracker
         pull = self._pull(repository, ids[0])
         data = payload if isinstance(payload, dict) else {}
-        missing = [name for name in ("body", "commit_id", "path", "line") if not data.get(name)]
+        # GitHub takes `line` and `side` (LEFT or RIGHT); the deprecated `position` (an index
+        # into the diff) stands in for them when given alone.
+        required = ["body", "commit_id", "path"]
+        if data.get("position") is None:
+            required.append("line")
+        missing = [name for name in required if not data.get(name)]
+        invalid = [
+            name
+            for name, ok in (
+                ("line", data.get("line") is None or _positive(data.get("line"))),
+                ("side", data.get("side", "RIGHT") in ("LEFT", "RIGHT")),
+                ("position", data.get("position") is None or _positive(data.get("position"))),
+            )
+            if not ok
+        ]
+        if invalid and not missing:
+            raise _Answer(
+                422,
+                {
+                    "message": "Validation Failed",
+                    "errors": [
+                        {"resource": "PullRequestReviewComment", "code": "invalid", "field": name}
+                        for name in invalid
+                    ],
+                    "documentation_url": DOCS,
+                },
+            )
         if missing:
             raise _Answer(
                 422,
@@ -942,7 +993,7 @@ class _Handler(BaseHTTPRequestHandler):
             review=True,
             path=data["path"],
             commit_id=data["commit_id"],
-            line=data["line"],
+            line=data.get("line") or data.get("position"),
             side=data.get("side", "RIGHT"),
         )
         server.record(op, f"{repository}#{pull.number}", data["body"])
@@ -953,14 +1004,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
         pull = self._pull(repository, ids[0])
-        found = sorted(
-            (
-                c
-                for c in server.comments.values()
-                if c.review and c.repository == repository and c.number == pull.number
-            ),
-            key=lambda c: c.id,
-        )
+        found = server.review_comments_on(repository, pull.number)
         return self._page(
             found, query, server.comment_json, f"/repos/{repository}/pulls/{pull.number}/comments"
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..adapter import KIND, SlackPostAdapter
+from ..adapter import SlackPostAdapter
 from .provider import SlackProvider, conformance_request
 from .server import METHODS, TOKEN, Channel, Message, SlackTestServer
 
@@ -39,12 +39,5 @@ def serve_slack(
     """Make ``SLACK_POST`` in this test's database post to ``server`` (``settings`` override
     the server's defaults, e.g. ``readback_window_seconds=0``). Returns the adapter class now
     registered; ``db.drain()`` and ``db.outbox`` use it."""
-    current = db.registry.get(KIND) if KIND in db.registry else None
     bound = SlackPostAdapter.bind(settings=server.settings(**settings))
-    db.registry.unregister(KIND)
-    db.registry.register(
-        bound,
-        distribution=current.distribution if current is not None else "outbox-slack",
-        version=current.version if current is not None else "",
-    )
-    return bound
+    return db.replace_adapter(bound, distribution="outbox-slack")

@@ -1,0 +1,151 @@
+"""The dashboard's routes: the page, its panels (for live refreshes), the events stream, and the
+two operator actions. See :mod:`outbox_core.dashboard`."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl
+
+import psycopg
+from psycopg import sql
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..operator import OperatorRefused, cancel_unstarted, run_now
+from ..outbox import Outbox
+from .panels import read_panels
+
+TOKEN_COOKIE = "outbox_dashboard_token"
+# A live page refreshes on each notification of the outbox's channel, at most this often, and
+# at least this often without one (endings notify nobody).
+REFRESH_AT_MOST_SECONDS = 1.0
+REFRESH_AT_LEAST_SECONDS = 5.0
+
+_HERE = resources.files(__package__)
+
+
+def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> Starlette:
+    """The dashboard of ``outbox``'s database at ``conninfo``. With ``token``, every request
+    must carry it (``?token=`` once, which sets a cookie; or ``Authorization: Bearer``)."""
+    templates = Jinja2Templates(directory=str(_HERE / "templates"))
+    # Every form carries this process's key: a page of another site cannot post to the
+    # dashboard on the operator's behalf (the browser sends it no cookie either: SameSite).
+    form_key = secrets.token_urlsafe(24)
+
+    def authorized(request: Request) -> bool:
+        if token is None:
+            return True
+        offered = (
+            request.query_params.get("token")
+            or request.cookies.get(TOKEN_COOKIE)
+            or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        )
+        return bool(offered) and hmac.compare_digest(offered.encode(), token.encode())
+
+    def refused() -> Response:
+        return PlainTextResponse(
+            "this dashboard needs its token: open it with ?token=... (OUTBOX_DASHBOARD_TOKEN)",
+            status_code=401,
+        )
+
+    def read() -> Any:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            return read_panels(conn, outbox)
+
+    async def render(
+        request: Request,
+        name: str,
+        *,
+        notice: str | None = None,
+        status: int = 200,
+        ok: bool = True,
+    ) -> Response:
+        panels = await run_in_threadpool(read)
+        response = templates.TemplateResponse(
+            request,
+            name,
+            {"p": panels, "form_key": form_key, "notice": notice, "ok": ok},
+            status_code=status,
+        )
+        if token is not None and request.query_params.get("token"):
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    async def page(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        return await render(request, "dashboard.html")
+
+    async def panels(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        return await render(request, "panels.html")
+
+    async def operate(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        # The two small fields of an urlencoded form (python-multipart is not needed for them).
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+        if not hmac.compare_digest(form.get("form_key", "").encode(), form_key.encode()):
+            return PlainTextResponse("stale or foreign form: reload the dashboard", 403)
+        raw = form.get("action_id", "").strip()
+        if not raw.isdigit() or int(raw) < 1:
+            return await render(
+                request, "dashboard.html", notice=f"not an action id: {raw!r}", status=400, ok=False
+            )
+        action_id = int(raw)
+        try:
+            if request.path_params["operation"] == "cancel":
+                async with await psycopg.AsyncConnection.connect(conninfo) as conn:
+                    action = await cancel_unstarted(conn, outbox, action_id)
+                notice = f"cancelled action {action.id} ({action.kind} in lane {action.lane_key})"
+            else:
+                action = await run_now(outbox, conninfo, action_id)
+                notice = f"ran action {action.id} ({action.kind}): now {action.state}"
+        except OperatorRefused as exc:
+            return await render(request, "dashboard.html", notice=str(exc), status=409, ok=False)
+        return await render(request, "dashboard.html", notice=notice)
+
+    async def events(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        return StreamingResponse(
+            _refreshes(conninfo, outbox.channel),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
+        )
+
+    routes = [
+        Route("/", page, name="page"),
+        Route("/panels", panels, name="panels"),
+        Route("/events", events, name="events"),
+        Route("/actions/{operation:str}", operate, methods=["POST"], name="operate"),
+        Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    return app
+
+
+async def _refreshes(conninfo: str, channel: str) -> AsyncIterator[str]:
+    """``refresh`` events: on each notification of the outbox's channel (an admitted action
+    was enqueued), at most once a second, and every few seconds without one."""
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        yield "event: refresh\ndata: connected\n\n"
+        while True:
+            notified = False
+            async for _ in conn.notifies(timeout=REFRESH_AT_LEAST_SECONDS, stop_after=1):
+                notified = True
+            if notified:  # notifications that arrive together make one refresh
+                await asyncio.sleep(REFRESH_AT_MOST_SECONDS)
+            yield "event: refresh\ndata: tick\n\n"

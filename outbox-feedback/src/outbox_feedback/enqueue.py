@@ -1,0 +1,468 @@
+"""The application's entry points, in the caller's transaction, sync and async, each written
+once as steps (:mod:`outbox_core.steps`).
+
+- :func:`create_feedback`, :func:`decide`, :func:`mark`, :func:`retract`: the feedback's
+  decided content and marks; each raises the feedback's revision.
+- :class:`FeedbackSendQueue`: ``queue(conn, feedback_id)`` enqueues the feedback's send, in
+  the transaction that changed the feedback, under the feedback's row lock.
+
+Every function takes the feedback's row lock first, so the sends of one feedback are queued in
+the order its decisions commit. Payloads hold identifiers only (``{"feedback": <id>}``); the
+adapters read the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, Connection
+
+from outbox_core import (
+    ActionRequest,
+    ActionState,
+    InvalidRequest,
+    Outbox,
+    UndecodableAction,
+    default_outbox,
+)
+from outbox_core.lane_locks import LocksBusy
+from outbox_core.steps import NeedsAsync, Query, Steps, arun, run
+
+from .adapter import DELIVER_FEEDBACK, EDIT_FEEDBACK, RETRACT_FEEDBACK, SUPERSEDED
+from .copies import SUMMARY, Item
+from .domain import FEEDBACK_ID, Feedback, lane, queries, send_key
+from .errors import FeedbackRetracted, NewerSendInLane, SendInProgress, UnknownFeedback
+
+MAX_TEXT = 60_000  # GitHub refuses a comment body above 65,536 characters (422)
+CANCEL_WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """What ``queue`` enqueued: the send (its action, kind and key) and the unstarted sends it
+    replaced (they ended CANCELLED with ``SUPERSEDED``)."""
+
+    feedback_id: str
+    action_id: int
+    kind: str
+    idempotency_key: str
+    replaced: tuple[int, ...] = ()
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def _feedback_id(value: object) -> str:
+    if not isinstance(value, str) or not FEEDBACK_ID.match(value):
+        raise InvalidRequest(
+            "feedback_id", "use 1-100 letters, digits, '.', '_' or '-' (it names lanes and keys)"
+        )
+    return value
+
+
+def _text(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(field, "must be a non-empty string")
+    if len(value) > MAX_TEXT:
+        raise InvalidRequest(field, f"must be at most {MAX_TEXT} characters, got {len(value)}")
+    return value
+
+
+def _items(items: Sequence[Item]) -> list[Item]:
+    checked: list[Item] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        where = f"items[{index}]"
+        if not isinstance(item, Item):
+            raise InvalidRequest(
+                where, f"expected an outbox_feedback.Item, got {type(item).__name__}"
+            )
+        if not FEEDBACK_ID.match(item.item_id) or item.item_id == SUMMARY:
+            raise InvalidRequest(
+                f"{where}.item_id", f"use 1-100 letters, digits, '.', '_' or '-', not {SUMMARY!r}"
+            )
+        if item.item_id in seen:
+            raise InvalidRequest(f"{where}.item_id", f"{item.item_id!r} is used twice")
+        seen.add(item.item_id)
+        _text(f"{where}.path", item.path)
+        _text(f"{where}.body", item.body)
+        if not isinstance(item.commit_id, str) or not item.commit_id.strip():
+            raise InvalidRequest(f"{where}.commit_id", "name the commit the line is in (its SHA)")
+        if isinstance(item.line, bool) or not isinstance(item.line, int) or item.line < 1:
+            raise InvalidRequest(f"{where}.line", "must be a line number of at least 1")
+        if item.side not in ("LEFT", "RIGHT"):
+            raise InvalidRequest(f"{where}.side", "must be 'LEFT' (deletions) or 'RIGHT'")
+        checked.append(item)
+    return checked
+
+
+def _locked(row: list[tuple[Any, ...]], feedback_id: str) -> tuple[Any, ...]:
+    if not row:
+        raise UnknownFeedback("feedback_id", f"no feedback {feedback_id!r} was stored")
+    return row[0]
+
+
+def _write_items(named: dict[str, str], feedback_id: str, items: list[Item]) -> Steps[None]:
+    yield Query(named["clear_items"], {"feedback": feedback_id})
+    for ordinal, item in enumerate(items):
+        yield Query(
+            named["insert_item"],
+            {
+                "feedback": feedback_id,
+                "item": item.item_id,
+                "ordinal": ordinal,
+                "path": item.path,
+                "commit_id": item.commit_id,
+                "line": item.line,
+                "side": item.side,
+                "body": item.body,
+                "resolved": item.resolved,
+            },
+        )
+
+
+# -- the feedback ------------------------------------------------------------------------------
+
+
+def create_feedback_steps(
+    outbox: Outbox,
+    feedback_id: str,
+    *,
+    workspace_id: str,
+    author_account_id: str,
+    repository: str,
+    pull_number: int,
+    summary: str,
+    items: Sequence[Item] = (),
+) -> Steps[bool]:
+    """:func:`create_feedback` as steps."""
+    feedback_id = _feedback_id(feedback_id)
+    _text("workspace_id", workspace_id)
+    _text("author_account_id", author_account_id)
+    from outbox_issues.settings import REPOSITORY
+
+    if not isinstance(repository, str) or not REPOSITORY.match(repository):
+        raise InvalidRequest("repository", "use owner/name, e.g. 'acme/app'")
+    if isinstance(pull_number, bool) or not isinstance(pull_number, int) or pull_number < 1:
+        raise InvalidRequest("pull_number", "must be a pull request number of at least 1")
+    _text("summary", summary)
+    checked = _items(items)
+    named = queries(outbox.schema)
+    inserted = yield Query(
+        named["insert_feedback"],
+        {
+            "feedback": feedback_id,
+            "workspace": workspace_id,
+            "author": author_account_id,
+            "repository": repository,
+            "pull": pull_number,
+            "summary": summary,
+        },
+    )
+    if not inserted:
+        return False
+    yield from _write_items(named, feedback_id, checked)
+    return True
+
+
+def create_feedback(
+    conn: Connection[Any],
+    feedback_id: str,
+    *,
+    workspace_id: str,
+    author_account_id: str,
+    repository: str,
+    pull_number: int,
+    summary: str,
+    items: Sequence[Item] = (),
+    outbox: Outbox | None = None,
+) -> bool:
+    """Store a feedback on a pull request in ``conn``'s transaction: its workspace, the author
+    of the reviewed work (person data: the sends' subject), the repository (``owner/name``) and
+    pull request, the summary and the inline items. False when it was stored before (nothing
+    changes then). Queue its first send with :meth:`FeedbackSendQueue.queue` in the same
+    transaction. Invalid input raises :class:`~outbox_core.InvalidRequest`, writing nothing."""
+    outbox = outbox if outbox is not None else default_outbox()
+    steps = create_feedback_steps(
+        outbox,
+        feedback_id,
+        workspace_id=workspace_id,
+        author_account_id=author_account_id,
+        repository=repository,
+        pull_number=pull_number,
+        summary=summary,
+        items=items,
+    )
+    return run(conn, steps)
+
+
+async def acreate_feedback(
+    conn: AsyncConnection[Any],
+    feedback_id: str,
+    *,
+    workspace_id: str,
+    author_account_id: str,
+    repository: str,
+    pull_number: int,
+    summary: str,
+    items: Sequence[Item] = (),
+    outbox: Outbox | None = None,
+) -> bool:
+    """The async twin of :func:`create_feedback`."""
+    outbox = outbox if outbox is not None else default_outbox()
+    steps = create_feedback_steps(
+        outbox,
+        feedback_id,
+        workspace_id=workspace_id,
+        author_account_id=author_account_id,
+        repository=repository,
+        pull_number=pull_number,
+        summary=summary,
+        items=items,
+    )
+    return await arun(conn, steps)
+
+
+def _open_feedback_steps(named: dict[str, str], feedback_id: str) -> Steps[tuple[Any, ...]]:
+    row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
+    if row[3] is not None:
+        raise FeedbackRetracted("feedback_id", f"feedback {feedback_id!r} was retracted")
+    return row
+
+
+def decide_steps(
+    outbox: Outbox,
+    feedback_id: str,
+    *,
+    summary: str | None = None,
+    items: Sequence[Item] | None = None,
+) -> Steps[int]:
+    """:func:`decide` as steps."""
+    feedback_id = _feedback_id(feedback_id)
+    if summary is not None:
+        _text("summary", summary)
+    checked = _items(items) if items is not None else None
+    named = queries(outbox.schema)
+    row = yield from _open_feedback_steps(named, feedback_id)
+    if summary is not None:
+        yield Query(named["decide_summary"], {"feedback": feedback_id, "summary": summary})
+    if checked is not None:
+        yield from _write_items(named, feedback_id, checked)
+    if summary is None:
+        yield Query(named["bump_revision"], {"feedback": feedback_id})
+    return int(row[2]) + 1
+
+
+def decide(
+    conn: Connection[Any],
+    feedback_id: str,
+    *,
+    summary: str | None = None,
+    items: Sequence[Item] | None = None,
+    outbox: Outbox | None = None,
+) -> int:
+    """A new decision: the ``summary`` and/or the inline ``items`` (the whole list, which
+    replaces the last one). Returns the new revision. Queue its send in the same transaction."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return run(conn, decide_steps(outbox, feedback_id, summary=summary, items=items))
+
+
+async def adecide(
+    conn: AsyncConnection[Any],
+    feedback_id: str,
+    *,
+    summary: str | None = None,
+    items: Sequence[Item] | None = None,
+    outbox: Outbox | None = None,
+) -> int:
+    """The async twin of :func:`decide`."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return await arun(conn, decide_steps(outbox, feedback_id, summary=summary, items=items))
+
+
+def mark_steps(outbox: Outbox, feedback_id: str, item_id: str, *, resolved: bool) -> Steps[int]:
+    """:func:`mark` as steps."""
+    feedback_id = _feedback_id(feedback_id)
+    named = queries(outbox.schema)
+    row = yield from _open_feedback_steps(named, feedback_id)
+    marked = yield Query(
+        named["mark_item"], {"feedback": feedback_id, "item": item_id, "resolved": bool(resolved)}
+    )
+    if not marked:
+        raise InvalidRequest("item_id", f"feedback {feedback_id!r} has no item {item_id!r}")
+    yield Query(named["bump_revision"], {"feedback": feedback_id})
+    return int(row[2]) + 1
+
+
+def mark(
+    conn: Connection[Any],
+    feedback_id: str,
+    item_id: str,
+    *,
+    resolved: bool = True,
+    outbox: Outbox | None = None,
+) -> int:
+    """Mark an inline item resolved (or not). Returns the new revision."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return run(conn, mark_steps(outbox, feedback_id, item_id, resolved=resolved))
+
+
+async def amark(
+    conn: AsyncConnection[Any],
+    feedback_id: str,
+    item_id: str,
+    *,
+    resolved: bool = True,
+    outbox: Outbox | None = None,
+) -> int:
+    """The async twin of :func:`mark`."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return await arun(conn, mark_steps(outbox, feedback_id, item_id, resolved=resolved))
+
+
+def retract_steps(outbox: Outbox, feedback_id: str) -> Steps[int]:
+    """:func:`retract` as steps."""
+    feedback_id = _feedback_id(feedback_id)
+    named = queries(outbox.schema)
+    row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
+    if row[3] is not None:
+        return int(row[2])
+    yield Query(named["retract"], {"feedback": feedback_id})
+    return int(row[2]) + 1
+
+
+def retract(conn: Connection[Any], feedback_id: str, *, outbox: Outbox | None = None) -> int:
+    """Retract the feedback: its next send deletes every copy. Returns the new revision (a
+    second retract changes nothing)."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return run(conn, retract_steps(outbox, feedback_id))
+
+
+async def aretract(
+    conn: AsyncConnection[Any], feedback_id: str, *, outbox: Outbox | None = None
+) -> int:
+    """The async twin of :func:`retract`."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return await arun(conn, retract_steps(outbox, feedback_id))
+
+
+def read_feedback_steps(outbox: Outbox, feedback_id: str) -> Steps[Feedback | None]:
+    named = queries(outbox.schema)
+    rows = yield Query(named["feedback_view"], {"feedback": feedback_id})
+    if not rows:
+        return None
+    copies = yield Query(named["copies_view"], {"feedback": feedback_id})
+    return Feedback.from_rows(rows[0], copies)
+
+
+def get_feedback(
+    conn: Connection[Any], feedback_id: str, *, outbox: Outbox | None = None
+) -> Feedback | None:
+    """The feedback with its copies, or None."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return run(conn, read_feedback_steps(outbox, feedback_id))
+
+
+async def aget_feedback(
+    conn: AsyncConnection[Any], feedback_id: str, *, outbox: Outbox | None = None
+) -> Feedback | None:
+    """The async twin of :func:`get_feedback`."""
+    outbox = outbox if outbox is not None else default_outbox()
+    return await arun(conn, read_feedback_steps(outbox, feedback_id))
+
+
+# -- the send queue ----------------------------------------------------------------------------
+
+
+class FeedbackSendQueue:
+    """Queues a feedback's send: one lane per feedback, the newest action of the lane is its
+    send. ``queue`` runs in the transaction that changes the feedback."""
+
+    def __init__(self, outbox: Outbox | None = None) -> None:
+        self._outbox = outbox
+
+    @property
+    def outbox(self) -> Outbox:
+        return self._outbox if self._outbox is not None else default_outbox()
+
+    def queue_steps(
+        self,
+        feedback_id: str,
+        *,
+        expires_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> Steps[Queued]:
+        """:meth:`queue` as steps."""
+        outbox = self.outbox
+        feedback_id = _feedback_id(feedback_id)
+        named = queries(outbox.schema)
+        row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
+        workspace, author, _, retracted_at, sends, delivered = row
+        try:
+            # The decoding read: a send this build cannot read (a newer build's variant) fails
+            # here, and nothing is enqueued behind it.
+            live = yield from outbox.lane_steps(lane(feedback_id), live_only=True, decode=True)
+        except UndecodableAction as exc:
+            raise NewerSendInLane(
+                f"feedback {feedback_id!r}: its lane holds a send that this build cannot read "
+                f"({exc}); a replica of the newer build carries it out, queue from there"
+            ) from None
+        for action in live:
+            if action.state is ActionState.EXECUTING or action.write_started_at is not None:
+                raise SendInProgress(feedback_id, action.id)
+        kind = (
+            RETRACT_FEEDBACK
+            if retracted_at is not None
+            else DELIVER_FEEDBACK
+            if delivered is None
+            else EDIT_FEEDBACK
+        )
+        request = ActionRequest(
+            kind=kind,
+            lane_key=lane(feedback_id),
+            idempotency_key=send_key(feedback_id, int(sends) + 1),
+            payload={"feedback": feedback_id},
+            workspace_id=workspace,
+            subject_account_id=author,
+            expires_at=expires_at,
+            max_attempts=max_attempts,
+        )
+        outbox.prepare(request)  # refused here, before anything is written
+        replaced: list[int] = []
+        for action in live:
+            try:
+                cancelled = yield from outbox.cancel_steps(
+                    action.id, SUPERSEDED, lock_wait_seconds=CANCEL_WAIT_SECONDS
+                )
+            except NeedsAsync:
+                raise NeedsAsync(
+                    f"feedback {feedback_id!r}: replacing its unstarted send {action.id} runs "
+                    "that send's async ended hook; queue from async code with "
+                    "`await FeedbackSendQueue().aqueue(conn, ...)`"
+                ) from None
+            except LocksBusy:
+                cancelled = None
+            if cancelled is None:  # claimed meanwhile: it runs now
+                raise SendInProgress(feedback_id, action.id)
+            replaced.append(action.id)
+        yield Query(named["next_send"], {"feedback": feedback_id})
+        enqueued = yield from outbox.enqueue_steps(request)
+        return Queued(feedback_id, enqueued.id, kind, request.idempotency_key, tuple(replaced))
+
+    def queue(self, conn: Connection[Any], feedback_id: str, **options: Any) -> Queued:
+        """Enqueue the feedback's send (``DELIVER_FEEDBACK`` before anything was delivered,
+        ``EDIT_FEEDBACK`` after, ``RETRACT_FEEDBACK`` once retracted) in ``conn``'s
+        transaction, under the feedback's row lock. An unstarted send of the feedback is
+        cancelled (``SUPERSEDED``) and replaced. Raises :class:`SendInProgress` (status 409)
+        while a send runs: commit the change anyway, the running send's ended hook queues the
+        correction. Raises :class:`NewerSendInLane` when the lane holds a send this build cannot
+        read. Replacing an unstarted send runs its async ended hook: from sync code that raises
+        :class:`~outbox_core.steps.NeedsAsync` (nothing written); use :meth:`aqueue`."""
+        return run(conn, self.queue_steps(feedback_id, **options))
+
+    async def aqueue(self, conn: AsyncConnection[Any], feedback_id: str, **options: Any) -> Queued:
+        """The async twin of :meth:`queue`."""
+        return await arun(conn, self.queue_steps(feedback_id, **options))

@@ -1,0 +1,62 @@
+"""Bad input is refused before anything is written, with an error naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outbox_core import InvalidRequest
+from outbox_core.testing import OutboxTestDatabase
+from outbox_feedback import FeedbackRetracted, Item, create_feedback, decide, mark, retract
+
+from .conftest import AUTHOR, COMMIT, ITEMS, store
+
+GOOD: dict[str, Any] = {
+    "workspace_id": "ws-1",
+    "author_account_id": AUTHOR,
+    "repository": "acme/feedback",
+    "pull_number": 1,
+    "summary": "Fine.",
+}
+BAD = [
+    ("feedback_id", {"feedback_id": "fb 1"}),
+    ("repository", {"repository": "acme"}),
+    ("pull_number", {"pull_number": 0}),
+    ("summary", {"summary": "  "}),
+    ("items[0].side", {"items": [Item("i1", "a.py", COMMIT, 1, "UP", "x")]}),  # type: ignore[arg-type]
+    ("items[0].line", {"items": [Item("i1", "a.py", COMMIT, 0, "RIGHT", "x")]}),
+    ("items[0].item_id", {"items": [Item("summary", "a.py", COMMIT, 1, "RIGHT", "x")]}),
+    ("items[1].item_id", {"items": [ITEMS[0], ITEMS[0]]}),
+    ("items[0].commit_id", {"items": [Item("i1", "a.py", "", 1, "RIGHT", "x")]}),
+]
+
+
+@pytest.mark.parametrize(("field", "change"), BAD, ids=[field for field, _ in BAD])
+def test_create_feedback_refuses_bad_input_naming_the_field_and_writes_nothing(
+    outbox_db: OutboxTestDatabase, field: str, change: dict[str, Any]
+) -> None:
+    values = {"feedback_id": "fb-1", **GOOD, **change}
+    with outbox_db.connect() as conn, pytest.raises(InvalidRequest) as refused:
+        create_feedback(conn, outbox=outbox_db.outbox, **values)
+    assert refused.value.field == field
+    assert "\n" not in str(refused.value)
+    assert outbox_db.scalar("SELECT count(*) FROM {schema}.feedback") == 0
+
+
+def test_a_retracted_feedback_takes_no_decision_or_mark(
+    feedback_db: OutboxTestDatabase, pull: int
+) -> None:
+    store(feedback_db, pull)
+    with feedback_db.connect() as conn:
+        retract(conn, "fb-1", outbox=feedback_db.outbox)
+        with pytest.raises(FeedbackRetracted):
+            decide(conn, "fb-1", outbox=feedback_db.outbox, summary="Again.")
+        with pytest.raises(FeedbackRetracted):
+            mark(conn, "fb-1", "i1", outbox=feedback_db.outbox)
+
+
+def test_marking_an_unknown_item_is_refused(feedback_db: OutboxTestDatabase, pull: int) -> None:
+    store(feedback_db, pull)
+    with feedback_db.connect() as conn, pytest.raises(InvalidRequest, match="no item 'i9'"):
+        mark(conn, "fb-1", "i9", outbox=feedback_db.outbox)
