@@ -1,5 +1,10 @@
-"""Every check of the monorepo. `nox` runs lint, types, the tests of each package alone and the
-end-to-end suite; `nox -s bench` runs the benchmarks (not part of the default run)."""
+"""Every check of the monorepo. `nox` runs `lint` (ruff), `types` (mypy --strict on every
+package), `tests` (each package's tests with only outbox-core, that package and the outbox-*
+packages it depends on installed) and `e2e` (the cross-package suites under tests/: rolling
+updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run,
+the ORM integrations, the dashboard, and the CI-sized chaos run, its SIGSTOP cases and its
+checker's tests). Not in the default run: `nox -s chaos`, the full-sized chaos run of
+docs/reliability.md, and `nox -s bench`, the benchmarks of docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -94,10 +99,24 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python="3.11")
 def e2e(session: nox.Session) -> None:
     """The cross-package suites with every package: rolling updates, the quickstart, the plugin
-    guide, the docs' shell blocks, the benchmarks' smoke run."""
+    guide, the docs' shell blocks, the benchmarks' smoke run, the ORM integrations, the
+    dashboard, the CI-sized chaos run and the SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips
+    those two, not the checker's tests)."""
     _local(session, *PACKAGES, core_extras=CORE_E2E_EXTRAS)
     session.install("-r", "tests/requirements.txt")
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python="3.11")
+def chaos(session: nox.Session) -> None:
+    """The full-sized chaos run of docs/reliability.md (about 10 minutes on two cores): its own
+    PostgreSQL cluster, `outbox run` processes killed and replaced, PostgreSQL restarted, a
+    faulty provider, then the checker's verdict (exit 1 when an invariant broke). Parameters
+    as options or CHAOS_<NAME> variables: `nox -s chaos -- --actions 5000 --json report.json`,
+    `nox -s chaos -- --help`."""
+    _local(session, "outbox-core")
+    session.install("-r", "tests/requirements.txt")
+    session.run("python", "-m", "tests.chaos.run", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -124,6 +124,23 @@ def test_second_start_on_a_running_folder_is_a_clear_error(data_dir: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_restart_keeps_the_port_and_the_committed_data(data_dir: Path, mode: str) -> None:
+    with EmbeddedPostgres(data_dir, log=lambda _: None) as pg:
+        port, pid = pg.port, pg.pid
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute("create table kept (v text)")
+            conn.execute("insert into kept values ('committed')")
+        pg.restart(mode)
+        assert pg.port == port
+        assert pg.pid != pid
+        with psycopg.connect(pg.url) as conn:
+            assert conn.execute("select v from kept").fetchone() == ("committed",)
+        with pytest.raises(EmbeddedError, match="smart, fast or immediate"):
+            pg.restart("abrupt")
+
+
+@pytest.mark.slow
 def test_stopped_at_interpreter_exit(data_dir: Path) -> None:
     code = (
         "import sys; from pathlib import Path; from outbox_core.embedded import EmbeddedPostgres\n"

@@ -31,6 +31,9 @@ What it does
   the process that started it, not in forked children) run ``pg_ctl stop -m fast`` (escalating to
   ``-m immediate`` if that does not finish within the timeout). A process killed with SIGKILL
   cannot stop the server; the next start then reports it (see below).
+* **Restarting.** ``restart(mode)`` stops the server with ``pg_ctl stop -m fast`` or ``-m
+  immediate`` (a crash: the next start recovers from the WAL) and starts it again on the same
+  port, for tests of what clients do while their database restarts.
 * **Twice on one data folder: a clear error.** If a server already runs on the data folder
   (another process, or one left behind by a killed process), ``start()`` raises
   :class:`EmbeddedAlreadyRunning` naming its pid and port, instead of sharing it: a shared server
@@ -432,6 +435,25 @@ class EmbeddedPostgres:
                 self._pid = None
             self._log(f"PostgreSQL stopped (data: {self.data_dir})")
 
+    def restart(self, mode: str = "fast") -> None:
+        """Stop the server with ``pg_ctl stop -m MODE`` (``smart``, ``fast`` or ``immediate``: a
+        crash, recovered from the WAL at the next start) and start it again on the same port and
+        data folder. For tests of what outbox does while its database restarts."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise EmbeddedError(f"restart mode must be smart, fast or immediate, not {mode!r}")
+        with self._lock:
+            if not self.running:
+                raise EmbeddedError("the embedded PostgreSQL is not started; call start() first")
+            done = self._pg_ctl(mode)
+            if done.returncode != 0:
+                raise EmbeddedError(
+                    f"pg_ctl stop -m {mode} failed (exit {done.returncode}): "
+                    + _tail(done.stderr or done.stdout, 3)
+                )
+            with _folder_lock(self.data_dir):
+                self._start_server(self._port)
+            self._log(f"PostgreSQL restarted ({mode}) on {_HOST}:{self._port}")
+
     # -- internals ------------------------------------------------------------------------
 
     def _stop_at_exit(self) -> None:
@@ -586,11 +608,12 @@ class EmbeddedPostgres:
             f"kill -INT {pid}), or pass another --data-dir"
         )
 
-    def _start_server(self) -> None:
+    def _start_server(self, port_again: int | None = None) -> None:
         log_path = self.data_dir / _SERVER_LOG
-        attempts = 1 if self._wanted_port is not None else _PORT_ATTEMPTS
+        wanted = port_again if port_again is not None else self._wanted_port
+        attempts = 1 if wanted is not None else _PORT_ATTEMPTS
         for attempt in range(1, attempts + 1):
-            port = self._wanted_port if self._wanted_port is not None else _free_port()
+            port = wanted if wanted is not None else _free_port()
             offset = log_path.stat().st_size if log_path.exists() else 0
             options = f"-c listen_addresses={_HOST} -p {port} -c unix_socket_directories=''"
             done = self._run(

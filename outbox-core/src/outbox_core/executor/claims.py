@@ -51,6 +51,7 @@ class Claims:
                     rows, visited = await self.claim(group_limit, kinds)
                     self.attempts.dispatch(rows)
                     more = more or visited >= group_limit
+                rt.claim_backlog = more
                 rt.tally.flush()
             except psycopg.OperationalError as exc:
                 event("executor.claim.failed", level=logging.WARNING, error=str(exc))

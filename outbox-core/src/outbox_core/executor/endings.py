@@ -237,7 +237,9 @@ class Endings:
         """One batch in one round trip (settle_v2); in an explicit transaction only when a kind
         of the batch has an ended()/rescheduled() hook to run in it."""
         rt = self.rt
-        chain = rt.chaining and not rt.stopping and rt.chain_filter is not None
+        chain = (
+            rt.chaining and not rt.stopping and not rt.claim_backlog and rt.chain_filter is not None
+        )
         chained_filter = rt.chain_filter if chain and rt.chain_filter else _NO_FILTER
         params = {
             "endings": _endings_json(endings),

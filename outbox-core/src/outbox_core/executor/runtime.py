@@ -65,6 +65,12 @@ class Runtime:
         # Chained claims (see settle_v2) run only while the executor runs or drains, and
         # only for kinds without a slot limit (known once the adapters are built: open()).
         self.chaining = False
+        # The last claim round took as many lanes as it could and may have left due lanes
+        # behind. Chaining then stops: a freed lane is lowered to now and queues behind them,
+        # instead of keeping the place for its own next action (with every place taken, the
+        # claim loop never had one, and a due lane outside the running ones waited until their
+        # backlogs ran dry: issue 22's chaos run). Cleared by a round that saw every due lane.
+        self.claim_backlog = False
         self.plan_limits(lambda kind: self.entries[kind].adapter.max_concurrency)
 
     # -- adapters and slot limits ----------------------------------------------------------
