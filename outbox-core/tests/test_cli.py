@@ -106,7 +106,7 @@ def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> Non
         (
             ["status"],
             {"OUTBOX_DATABASE_URL": "mysql://nope"},
-            "database_url: Value error, expected a URL that starts with postgresql://",
+            "OUTBOX_DATABASE_URL: expected a URL that starts with postgresql://",
             2,
         ),
         (
@@ -118,7 +118,7 @@ def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> Non
         (
             ["status"],
             {"OUTBOX_DATABASE_URL": "postgresql://user@[::1/db"},
-            "database_url: Value error, malformed (end of string reached",
+            "OUTBOX_DATABASE_URL: malformed (end of string reached",
             2,
         ),
         (
@@ -130,7 +130,7 @@ def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> Non
         (
             ["status"],
             {"OUTBOX_SCHEMA": "Bad-Name"},
-            "schema_name: Value error, use a lower-case name",
+            "OUTBOX_SCHEMA: use a lower-case name",
             2,
         ),
         (["run", "--kinds", "NO_SUCH"], None, "--kinds: unknown NO_SUCH; installed kinds:", 2),

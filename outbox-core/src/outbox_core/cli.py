@@ -18,7 +18,6 @@ from typing import Any
 
 import click
 import psycopg
-from pydantic import ValidationError
 
 from .cli_database import (
     EXIT_USAGE,
@@ -29,7 +28,7 @@ from .cli_database import (
 )
 from .errors import ConfigurationError, OutboxError
 from .observability import LOG_FORMATS, LOG_LEVELS, configure_logging
-from .settings import OutboxSettings, validation_problems
+from .settings import OutboxSettings
 
 CONFIG_HELP = """
 \b
@@ -54,12 +53,9 @@ class State:
     @property
     def settings(self) -> OutboxSettings:
         if self._settings is None:
-            try:
-                self._settings = OutboxSettings(**self.overrides)
-            except ValidationError as exc:
-                fail(f"configuration: {validation_problems(exc)}", EXIT_USAGE)
-            except ConfigurationError as exc:
-                fail(f"configuration: {exc}", EXIT_USAGE)
+            # A wrong value is a ConfigurationError of one line, which the command's guard
+            # prints (exit 2), as it does for a plugin's settings.
+            self._settings = OutboxSettings(**self.overrides)
         return self._settings
 
     def require_url(self) -> str:
@@ -108,11 +104,14 @@ def _missing_object(exc: BaseException) -> psycopg.Error | None:
 
 def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
     """Turn outbox's own errors, and a database that was never migrated, into one line on
-    stderr and exit 1."""
+    stderr and exit 1; a setting that is wrong (the core's or a plugin's) exits 2, as a wrong
+    option does."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
+        except ConfigurationError as exc:
+            fail(f"configuration: {exc}", EXIT_USAGE)
         except OutboxError as exc:
             fail(str(exc))
         except Exception as exc:
