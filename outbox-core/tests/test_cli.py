@@ -203,7 +203,7 @@ def test_run_stops_gracefully_on_sigterm(db: OutboxTestDatabase) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until its LISTEN connection is up
             listening = db.scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%%'"

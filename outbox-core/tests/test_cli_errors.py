@@ -4,6 +4,9 @@ typo in the configuration."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -16,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 
 from outbox_core import ConfigurationError, OutboxSettings, SectionSettings
 from outbox_core.cli import MISSING_OBJECT, _guard, main
+from outbox_core.testing import OutboxTestDatabase
 from outbox_core.testing.database import with_database
 
 
@@ -49,6 +53,52 @@ def test_a_database_never_migrated_is_one_line_saying_run_migrate(
     assert "run `outbox migrate`" in result.output
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, psycopg.Error)
+
+
+def _run_outbox(url: str, *args: str, schema: str = "outbox") -> subprocess.CompletedProcess[str]:
+    """``outbox run`` in a process of its own (its logging as an operator sees it)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "run", *args],
+        env={
+            **env,
+            "OUTBOX_DATABASE_URL": url,
+            "OUTBOX_SCHEMA": schema,
+            "OUTBOX_STARTUP_WAIT_SECONDS": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_run_on_a_database_never_migrated_refuses_before_it_starts(unmigrated_url: str) -> None:
+    """One line and exit 1: no executor.started, executor.stopped or traceback around it."""
+    done = _run_outbox(unmigrated_url)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "outbox: error: the database has no outbox schema 'outbox' (never migrated, or another "
+        "OUTBOX_SCHEMA): run `outbox migrate`"
+    ]
+
+
+def test_run_on_a_schema_behind_this_build_names_the_missing_migration(
+    db: OutboxTestDatabase,
+) -> None:
+    from outbox_core.migrations import core_line
+
+    latest = core_line().files()[-1]
+    db.execute(
+        "DELETE FROM {schema}.schema_migration WHERE line = 'core' AND version = %s",
+        (latest.version,),
+    )
+    done = _run_outbox(db.url, schema=db.schema)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"outbox: error: the schema {db.schema!r} lacks migrations this build needs ({latest.label}): "
+        "run `outbox migrate`"
+    ]
 
 
 @pytest.mark.parametrize("error", MISSING_OBJECT, ids=lambda error: error.__name__)

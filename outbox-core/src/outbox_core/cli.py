@@ -74,11 +74,13 @@ class State:
         return Outbox.from_settings(self.settings)
 
 
-# What PostgreSQL answers when a schema, table, function or type that a migration creates is
-# not there: the database was never migrated (or not with this schema name).
+# What PostgreSQL answers when a schema, table, column, function or type that a migration
+# creates is not there: the database was never migrated (or not with this schema name), or not
+# since this build was installed.
 MISSING_OBJECT = (
     psycopg.errors.InvalidSchemaName,
     psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
     psycopg.errors.UndefinedFunction,
     psycopg.errors.UndefinedObject,
 )
@@ -120,8 +122,9 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             what = missing.diag.message_primary or missing
             fail(
-                f"outbox's schema or tables are missing ({what}): the database was never "
-                "migrated; run `outbox migrate`"
+                f"outbox's schema, or a part of it that this build needs, is missing ({what}): "
+                "the database was never migrated, or not since this build was installed; run "
+                "`outbox migrate`"
             )
 
     wrapper.__name__ = function.__name__
