@@ -281,3 +281,40 @@ def test_environment_variables_are_left_alone(
     monkeypatch.setenv("OUTBOX_SOMETHING_ELSE", "x")
     assert OutboxSettings.load().lease_seconds == 300
     assert _warnings(caplog) == []
+
+
+def test_an_application_plugins_own_table_is_known(tmp_path: Path) -> None:
+    """A module named in OUTBOX_APP_PLUGINS reads its table: ``[outbox.myapp]`` for
+    ``myapp.outbox_plugin``, and the section its settings class declares
+    (``[outbox.configured]`` of ``tests.configured_plugin``), though nothing imported that
+    class yet when the core's settings are read."""
+    app = tmp_path / "myapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "outbox_plugin.py").write_text(
+        "from outbox_core import hookimpl\n\n\n@hookimpl\ndef outbox_register_kinds(register):\n"
+        "    pass\n"
+    )
+    config = tmp_path / "outbox.toml"
+    config.write_text(
+        '[outbox]\nconcurrency = 3\n[outbox.myapp]\ncolour = "blue"\n'
+        '[outbox.configured]\ntls = "none"\n[outbox.nosuch]\nx = 1\n'
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "migrate", "--print"],
+        env={
+            **env,
+            "OUTBOX_CONFIG": str(config),
+            "OUTBOX_APP_PLUGINS": "tests.configured_plugin,myapp.outbox_plugin",
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[1])]),
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    unknown = [line for line in done.stderr.splitlines() if "config.table.unknown" in line]
+    assert len(unknown) == 1 and "table=outbox.nosuch" in unknown[0], done.stderr

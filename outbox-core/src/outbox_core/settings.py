@@ -96,12 +96,27 @@ def _table_keys(settings_cls: type[BaseSettings]) -> set[str]:
     return {key for name in settings_cls.model_fields for key in _field_keys(settings_cls, name)}
 
 
-def plugin_table_names() -> set[str]:
+def plugin_table_names(*, import_app_plugins: bool = False) -> set[str]:
     """The ``[outbox.<name>]`` tables something installed may read: each installed plugin's
-    entry point name and every section of the settings classes imported so far."""
+    entry point name, the top package of each module ``OUTBOX_APP_PLUGINS`` names
+    (``[outbox.myapp]`` for ``myapp.outbox_plugin``), and every section of the settings classes
+    imported so far. With ``import_app_plugins`` the application's modules are imported first
+    (as loading the plugins does), so that the sections they declare are known too."""
     from importlib import metadata
 
-    names = {ep.name for ep in metadata.entry_points(group="outbox_core.plugins")}
+    from .plugins import APP_VARIABLE, ENTRY_POINT_GROUP, _listed
+
+    names = {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    modules = _listed(APP_VARIABLE) or []
+    names.update(module.split(".")[0] for module in modules)
+    if import_app_plugins:
+        import contextlib
+        import importlib
+
+        for module in modules:
+            # A module that fails to import is the plugin host's to report, in its own words.
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
     todo: list[type[SectionSettings]] = [SectionSettings]
     while todo:
         cls = todo.pop()
@@ -141,6 +156,8 @@ def check_config_table(settings_cls: type[SectionSettings], table: dict[str, Any
             detail="the file has no [outbox] table (or an empty one): outbox reads nothing from it",
         )
     plugins = plugin_table_names()
+    if tables - plugins and os.environ.get("OUTBOX_APP_PLUGINS"):
+        plugins = plugin_table_names(import_app_plugins=True)
     for name in sorted(tables - plugins):
         warn_once(
             "config.table.unknown",
