@@ -389,8 +389,10 @@ def run(
     and leaves the rest to their leases.
 
     It logs on stderr (--log-level, --log-format): executor.started with the version, the
-    kinds and their plugins, the database's host and schema and the concurrency, the events
-    of docs/log-records.md, and executor.stopped. Run inside a process whose logging is
+    kinds and their plugins, the database's host and schema and the concurrency, while busy
+    executor.progress once a minute (OUTBOX_PROGRESS_SECONDS) with the actions claimed and
+    ended by state and the attempts running, the events of docs/log-records.md, and
+    executor.stopped. Run inside a process whose logging is
     already configured (a handler on the root logger), it leaves that logging alone.
     """
     configure_logging(log_level.upper(), log_format)

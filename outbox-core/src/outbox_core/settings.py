@@ -323,6 +323,11 @@ class OutboxSettings(SectionSettings):
         gt=0.0,
         description="how often the blocked-lanes gauge is counted (a pass over the live actions)",
     )
+    progress_seconds: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="how often a busy executor logs executor.progress (nothing when idle)",
+    )
     shutdown_seconds: float = Field(
         default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"
     )
