@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 import click
 import psycopg
+import psycopg.sql
 
 from .cli_database import (
     EXIT_USAGE,
@@ -151,8 +153,6 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
 def main(
     ctx: click.Context, database_url: str | None, schema: str | None, config: Path | None
 ) -> None:
-    import os
-
     if os.environ.get("OUTBOX_APP_PLUGINS") and "" not in sys.path and os.getcwd() not in sys.path:
         # As uvicorn and celery do: the application's modules are found from where it runs.
         sys.path.insert(0, os.getcwd())
@@ -467,20 +467,98 @@ async def _run_executor(executor: Any) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="embedded server's data folder (no database configured)",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="with a database configured: go ahead (the demo runs in a scratch schema, dropped after)",
+)
+@click.option(
+    "--clean",
+    is_flag=True,
+    help="remove what the quickstart made (the embedded server's data folder, the demo file; as "
+    "root the system user outbox-pg) and exit",
+)
 @click.pass_obj
 @_guard
-def quickstart(state: State, count: int, lanes: int, target: Path, data_dir: Path | None) -> None:
-    """Try outbox: migrate, enqueue demo actions whose effect is lines appended to a file, run
-    them with a progress bar, and print the status table. With no database configured it
-    starts an embedded PostgreSQL and stops it at the end."""
-    from .quickstart import run_quickstart
+def quickstart(
+    state: State,
+    count: int,
+    lanes: int,
+    target: Path,
+    data_dir: Path | None,
+    yes: bool,
+    clean: bool,
+) -> None:
+    """Try outbox: migrate, enqueue demo actions whose effect is lines in a file (started afresh
+    each run), run them with a progress bar, and print the status table.
+
+    With no database configured it starts an embedded PostgreSQL and stops it at the end; its
+    data folder stays for the next run (as root: /var/lib/outbox/postgres, owned by the system
+    user outbox-pg, which it creates). `outbox quickstart --clean` removes them. With a
+    database configured it asks for --yes, and runs in a scratch schema that it drops after.
+    """
+    from .quickstart import demo_file_is_ours, run_quickstart
 
     settings = state.settings
-    with database(settings, data_dir, migrate_first=True) as url:
-        done = run_quickstart(url, settings, target=target, count=count, lanes=lanes)
+    url = settings.dsn()
+    if clean:
+        _clean_quickstart(target, data_dir, configured=url is not None)
+        return
+    if not demo_file_is_ours(target):
+        fail(
+            f"--file {target}: the file exists and was not written by outbox quickstart; pass "
+            "another --file (the quickstart starts its file afresh each run)",
+            EXIT_USAGE,
+        )
+    if url is None:
+        with database(settings, data_dir, migrate_first=True) as embedded:
+            done = run_quickstart(embedded, settings, target=target, count=count, lanes=lanes)
+    else:
+        from .observability import database_label
+
+        scratch = f"outbox_quickstart_{os.getpid()}"
+        if not yes:
+            fail(
+                f"a database is configured ({database_label(url)}): the quickstart would write "
+                f"to it (in a scratch schema, {scratch}, that it drops after); pass --yes to go "
+                "ahead, or unset OUTBOX_DATABASE_URL to try it on an embedded PostgreSQL",
+                EXIT_USAGE,
+            )
+        settings = settings.model_copy(update={"schema_name": scratch})
+        try:
+            with database(settings, data_dir, migrate_first=True) as configured:
+                done = run_quickstart(configured, settings, target=target, count=count, lanes=lanes)
+        finally:
+            with connected(url, autocommit=True) as conn:
+                conn.execute(
+                    psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        psycopg.sql.Identifier(scratch)
+                    )
+                )
+        click.echo(f"dropped the scratch schema {scratch}")
     if done != count:
         fail(f"{count - done} of {count} demo actions did not end DONE")
     click.echo(f"all {count} demo actions ended DONE; see {target}")
+
+
+def _clean_quickstart(target: Path, data_dir: Path | None, *, configured: bool) -> None:
+    """``outbox quickstart --clean``: what the quickstart left, removed, one line each."""
+    from .embedded import EmbeddedPostgres
+    from .quickstart import demo_file_is_ours
+
+    removed = EmbeddedPostgres(data_dir).remove()
+    if target.is_file() and demo_file_is_ours(target):
+        target.unlink()
+        removed.append(f"the demo file {target}")
+    for line in removed:
+        click.echo(f"removed {line}")
+    if not removed:
+        click.echo("nothing to remove")
+    if configured:
+        click.echo(
+            "(the configured database keeps nothing of the quickstart: its scratch schema was "
+            "dropped when it ended)"
+        )
 
 
 if __name__ == "__main__":
