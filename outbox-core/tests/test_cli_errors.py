@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,22 +20,6 @@ from pydantic_settings import SettingsConfigDict
 from outbox_core import ConfigurationError, OutboxSettings, SectionSettings
 from outbox_core.cli import MISSING_OBJECT, _guard, main
 from outbox_core.testing import OutboxTestDatabase
-from outbox_core.testing.database import with_database
-
-
-@pytest.fixture
-def unmigrated_url(outbox_server: str) -> Iterator[str]:
-    """A fresh, empty database on the harness's server (no outbox schema), dropped after."""
-    import uuid
-
-    name = f"outbox_unmigrated_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(outbox_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(outbox_server, name)
-    finally:
-        with psycopg.connect(outbox_server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.parametrize(

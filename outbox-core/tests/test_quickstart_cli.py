@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -27,49 +26,34 @@ def _schemas(url: str) -> set[str]:
         return {row[0] for row in conn.execute("SELECT nspname FROM pg_namespace")}
 
 
-@pytest.fixture
-def database_url(outbox_server: str) -> Iterator[str]:
-    """A fresh, empty database (the quickstart must leave it as it found it), dropped after."""
-    from outbox_core.testing.database import with_database
-
-    name = f"outbox_quickstart_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(outbox_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(outbox_server, name)
-    finally:
-        with psycopg.connect(outbox_server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_with_a_database_configured_it_asks_first_and_writes_nothing(
-    database_url: str, tmp_path: Path
+    unmigrated_url: str, tmp_path: Path
 ) -> None:
-    before = _schemas(database_url)
+    before = _schemas(unmigrated_url)
     lines = tmp_path / "lines.txt"
     result = CliRunner().invoke(
-        main, ["quickstart", "--file", str(lines)], env={"OUTBOX_DATABASE_URL": database_url}
+        main, ["quickstart", "--file", str(lines)], env={"OUTBOX_DATABASE_URL": unmigrated_url}
     )
     assert result.exit_code == 2, result.output
     [line] = result.output.splitlines()
     assert line.startswith("outbox: error: a database is configured (")
     assert "pass --yes to go ahead" in line and "unset OUTBOX_DATABASE_URL" in line
-    assert _schemas(database_url) == before
+    assert _schemas(unmigrated_url) == before
     assert not lines.exists()
 
 
 def test_with_yes_it_runs_in_a_scratch_schema_that_it_drops(
-    database_url: str, tmp_path: Path
+    unmigrated_url: str, tmp_path: Path
 ) -> None:
-    before = _schemas(database_url)
+    before = _schemas(unmigrated_url)
     lines = tmp_path / "lines.txt"
     args = ["quickstart", "--yes", "--count", "6", "--lanes", "2", "--file", str(lines)]
     for _ in range(2):  # a second run starts the file afresh
-        result = CliRunner().invoke(main, args, env={"OUTBOX_DATABASE_URL": database_url})
+        result = CliRunner().invoke(main, args, env={"OUTBOX_DATABASE_URL": unmigrated_url})
         assert result.exit_code == 0, result.output
         assert "all 6 demo actions ended DONE" in result.output
         assert "dropped the scratch schema outbox_quickstart_" in result.output
-        assert _schemas(database_url) == before
+        assert _schemas(unmigrated_url) == before
         header, *written = lines.read_text().splitlines()
         assert header.startswith(f"{HEADER} run ")
         assert sorted(written) == sorted(f"lane {i % 2}: action {i // 2 + 1}" for i in range(6))
