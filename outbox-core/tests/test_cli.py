@@ -110,6 +110,13 @@ def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> Non
             2,
         ),
         (
+            ["--database-url", "mysql://nope", "status"],
+            None,
+            "configuration: --database-url: expected a URL that starts with postgresql://",
+            2,
+        ),
+        (["--schema", "Bad-Name", "status"], None, "configuration: --schema: use a lower-case", 2),
+        (
             ["status"],
             {"OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"},
             "cannot reach the database",

@@ -22,7 +22,9 @@ from .app_plugin import KIND as APP_KIND
 PASSWORD = "never-in-a-log-4711"
 
 
-def run_until_listening(db: OutboxTestDatabase, *args: str) -> str:
+def run_until_listening(
+    db: OutboxTestDatabase, *args: str, env: dict[str, str] | None = None
+) -> str:
     """``outbox run`` in a subprocess with a password in its URL (the test server trusts every
     login, so it is ignored), stopped with SIGTERM once it listens; its stderr."""
     url = make_conninfo(db.url, password=PASSWORD)
@@ -32,6 +34,7 @@ def run_until_listening(db: OutboxTestDatabase, *args: str) -> str:
         "OUTBOX_DATABASE_URL": url,
         "OUTBOX_SHUTDOWN_SECONDS": "5",
         "OUTBOX_APP_PLUGINS": "tests.app_plugin",
+        **(env or {}),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "outbox_core.cli", "run", *args],
@@ -169,3 +172,13 @@ async def test_a_busy_executor_logs_its_counts_each_period_and_then_falls_quiet(
         stop.set()
         await runner
         await executor.close()
+
+
+def test_run_with_no_kind_to_run_says_so(db: OutboxTestDatabase) -> None:
+    """No plugin registers a kind (only the core is installed, or every plugin is blocked):
+    the executor runs, and its first line says why it will do nothing."""
+    stderr = run_until_listening(db, env={"OUTBOX_APP_PLUGINS": "", "OUTBOX_PLUGINS": "none"})
+    [warning] = [line for line in stderr.splitlines() if "executor.kinds.none" in line]
+    assert " WARNING outbox executor.kinds.none detail=no installed plugin registers a kind" in (
+        warning
+    )

@@ -79,17 +79,24 @@ def test_run_refuses_a_plugins_wrong_setting_in_one_line_with_exit_2(
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), PLUGIN_CASES, ids=IDS)
-def test_status_lists_a_kind_whose_setting_is_wrong_with_the_same_line(
+def test_status_lists_a_kind_whose_setting_is_wrong_with_the_same_line_and_exits_2(
     db: OutboxTestDatabase, variable: str, value: str, message: str
 ) -> None:
+    """The report is printed (the other kinds' counts are what the operator came for), the
+    kind that cannot run is in it with the setting's one line, and the exit status says that a
+    setting is wrong."""
     result = CliRunner().invoke(
         main,
         ["status", "--json"],
         env={**APP, "OUTBOX_DATABASE_URL": db.url, variable: value},
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     stopped = json.loads(result.stdout)["stopped_kinds"]
     assert [(s["kind"], s["error"].startswith(message)) for s in stopped] == [(KIND, True)]
+    assert result.stderr.splitlines() == [
+        f"outbox: error: 1 kind(s) cannot run with these settings: {KIND} (listed above, with "
+        "the setting to fix)"
+    ]
 
 
 # Every command, with the arguments it needs to get as far as reading the settings.
@@ -156,3 +163,22 @@ def test_a_field_with_an_alias_is_named_by_its_variable(
     monkeypatch.setenv("OUTBOX_SCHEMA", "Not-A-Name")
     with pytest.raises(ConfigurationError, match=r"^OUTBOX_SCHEMA: use a lower-case name"):
         OutboxSettings()
+
+
+def test_without_a_database_or_the_embedded_extra_the_line_names_both_ways(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from outbox_core import embedded
+
+    def missing() -> None:
+        raise embedded.EmbeddedUnavailable(embedded._EXTRA_HINT)
+
+    monkeypatch.setattr(embedded, "_locate_install", missing)
+    for command in (["run"], ["quickstart"]):
+        result = CliRunner().invoke(main, command, env={"OUTBOX_DATABASE_URL": ""})
+        assert result.exit_code == 2, result.output
+        assert _one_line(result.output) == (
+            "outbox: error: no database configured: set OUTBOX_DATABASE_URL (or pass "
+            "--database-url postgresql://user@host:5432/dbname); to try outbox without one, the "
+            "embedded PostgreSQL needs the extra: pip install 'outbox-core[embedded]'"
+        )

@@ -38,11 +38,16 @@ Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CON
   OUTBOX_DATABASE_URL   postgresql://user:password@host:5432/dbname
   OUTBOX_SCHEMA         the schema of outbox's tables (default: outbox)
   OUTBOX_LEASE_SECONDS, OUTBOX_CONCURRENCY, OUTBOX_CLAIM_BATCH, OUTBOX_POLL_SECONDS,
-  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP
+  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP,
+  OUTBOX_KIND_CONCURRENCY (JSON: {"EMAIL": 4}), ... (all of them: docs/operations.md)
   OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS  block plugins / load only these
   OUTBOX_APP_PLUGINS    the application's modules that register kinds in code
                         (myapp.outbox_plugin; the current directory is on sys.path)
 """
+
+
+# The group's options that set a core setting, by the setting's field.
+OPTIONS = {"database_url": "--database-url", "schema_name": "--schema"}
 
 
 class State:
@@ -56,8 +61,18 @@ class State:
     def settings(self) -> OutboxSettings:
         if self._settings is None:
             # A wrong value is a ConfigurationError of one line, which the command's guard
-            # prints (exit 2), as it does for a plugin's settings.
-            self._settings = OutboxSettings(**self.overrides)
+            # prints (exit 2), as it does for a plugin's settings; a value given as an option
+            # is named by the option, not by the variable it stands for.
+            try:
+                self._settings = OutboxSettings(**self.overrides)
+            except ConfigurationError as exc:
+                message = str(exc)
+                for field, option in OPTIONS.items():
+                    if field in self.overrides:
+                        message = message.replace(
+                            f"{OutboxSettings.variable(field)}:", f"{option}:"
+                        )
+                raise ConfigurationError(message) from None
         return self._settings
 
     def require_url(self) -> str:
@@ -255,8 +270,15 @@ def status(state: State, as_json: bool, lanes: int) -> None:
         report = collect_status(conn, state.outbox(), lanes=lanes)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
-        return
-    print_status(report)
+    else:
+        print_status(report)
+    if report.stopped:
+        fail(
+            f"{len(report.stopped)} kind(s) cannot run with these settings: "
+            + ", ".join(kind.kind for kind in report.stopped)
+            + " (listed above, with the setting to fix)",
+            EXIT_USAGE,
+        )
 
 
 @main.command(epilog=CONFIG_HELP)
@@ -423,6 +445,18 @@ def run(
         from .outbox import Outbox
 
         outbox = Outbox.from_settings(settings)
+        if not outbox.registry.kinds:
+            import logging
+
+            from .observability import event
+
+            event(
+                "executor.kinds.none",
+                level=logging.WARNING,
+                detail="no installed plugin registers a kind, so there is nothing to run: "
+                "install an effect package (pip install outbox-email) or name the "
+                "application's modules in OUTBOX_APP_PLUGINS",
+            )
         executor = Executor(outbox, url, settings=settings, kinds=chosen)
         tune_collector()  # this process runs the executor and nothing else
         asyncio.run(_run_executor(executor))

@@ -127,12 +127,19 @@ def database(
                 check_migrated(conn, settings.schema_name)
         yield url
         return
-    from .embedded import EmbeddedPostgres
+    from .embedded import EmbeddedPostgres, EmbeddedUnavailable
     from .migrations import migrate as apply
     from .plugins import load_plugins
 
     server = EmbeddedPostgres(data_dir)
-    server.start()
+    try:
+        server.start()
+    except EmbeddedUnavailable as exc:
+        fail(
+            "no database configured: set OUTBOX_DATABASE_URL (or pass --database-url "
+            f"postgresql://user@host:5432/dbname); to try outbox without one, {exc}",
+            EXIT_USAGE,
+        )
     try:
         click.echo(
             f"outbox: no database configured; using an embedded PostgreSQL in {server.data_dir} "
