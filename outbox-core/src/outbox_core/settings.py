@@ -104,10 +104,10 @@ def plugin_table_names(*, import_app_plugins: bool = False) -> set[str]:
     (as loading the plugins does), so that the sections they declare are known too."""
     from importlib import metadata
 
-    from .plugins import APP_VARIABLE, ENTRY_POINT_GROUP, _listed
+    from .plugin_variables import APP_VARIABLE, ENTRY_POINT_GROUP, listed
 
     names = {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    modules = _listed(APP_VARIABLE) or []
+    modules = listed(APP_VARIABLE) or []
     names.update(module.split(".")[0] for module in modules)
     if import_app_plugins:
         import contextlib
