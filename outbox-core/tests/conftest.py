@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
+import psycopg
 import pytest
 
 from outbox_core import KindRegistry
@@ -33,3 +37,18 @@ def db(outbox_db: OutboxTestDatabase) -> OutboxTestDatabase:
     AtMostOnceAdapter.calls = []
     AtMostOnceAdapter.endings = []
     return outbox_db
+
+
+@pytest.fixture
+def unmigrated_url(outbox_server: str) -> Iterator[str]:
+    """A fresh, empty database on the harness's server (no outbox schema), dropped after."""
+    from outbox_core.testing.database import with_database
+
+    name = f"outbox_unmigrated_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(outbox_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(outbox_server, name)
+    finally:
+        with psycopg.connect(outbox_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -4,7 +4,10 @@ typo in the configuration."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,22 +19,7 @@ from pydantic_settings import SettingsConfigDict
 
 from outbox_core import ConfigurationError, OutboxSettings, SectionSettings
 from outbox_core.cli import MISSING_OBJECT, _guard, main
-from outbox_core.testing.database import with_database
-
-
-@pytest.fixture
-def unmigrated_url(outbox_server: str) -> Iterator[str]:
-    """A fresh, empty database on the harness's server (no outbox schema), dropped after."""
-    import uuid
-
-    name = f"outbox_unmigrated_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(outbox_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(outbox_server, name)
-    finally:
-        with psycopg.connect(outbox_server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+from outbox_core.testing import OutboxTestDatabase
 
 
 @pytest.mark.parametrize(
@@ -49,6 +37,52 @@ def test_a_database_never_migrated_is_one_line_saying_run_migrate(
     assert "run `outbox migrate`" in result.output
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, psycopg.Error)
+
+
+def _run_outbox(url: str, *args: str, schema: str = "outbox") -> subprocess.CompletedProcess[str]:
+    """``outbox run`` in a process of its own (its logging as an operator sees it)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "run", *args],
+        env={
+            **env,
+            "OUTBOX_DATABASE_URL": url,
+            "OUTBOX_SCHEMA": schema,
+            "OUTBOX_STARTUP_WAIT_SECONDS": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_run_on_a_database_never_migrated_refuses_before_it_starts(unmigrated_url: str) -> None:
+    """One line and exit 1: no executor.started, executor.stopped or traceback around it."""
+    done = _run_outbox(unmigrated_url)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "outbox: error: the database has no outbox schema 'outbox' (never migrated, or another "
+        "OUTBOX_SCHEMA): run `outbox migrate`"
+    ]
+
+
+def test_run_on_a_schema_behind_this_build_names_the_missing_migration(
+    db: OutboxTestDatabase,
+) -> None:
+    from outbox_core.migrations import core_line
+
+    latest = core_line().files()[-1]
+    db.execute(
+        "DELETE FROM {schema}.schema_migration WHERE line = 'core' AND version = %s",
+        (latest.version,),
+    )
+    done = _run_outbox(db.url, schema=db.schema)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"outbox: error: the schema {db.schema!r} lacks migrations this build needs ({latest.label}): "
+        "run `outbox migrate`"
+    ]
 
 
 @pytest.mark.parametrize("error", MISSING_OBJECT, ids=lambda error: error.__name__)
@@ -231,3 +265,40 @@ def test_environment_variables_are_left_alone(
     monkeypatch.setenv("OUTBOX_SOMETHING_ELSE", "x")
     assert OutboxSettings.load().lease_seconds == 300
     assert _warnings(caplog) == []
+
+
+def test_an_application_plugins_own_table_is_known(tmp_path: Path) -> None:
+    """A module named in OUTBOX_APP_PLUGINS reads its table: ``[outbox.myapp]`` for
+    ``myapp.outbox_plugin``, and the section its settings class declares
+    (``[outbox.configured]`` of ``tests.configured_plugin``), though nothing imported that
+    class yet when the core's settings are read."""
+    app = tmp_path / "myapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "outbox_plugin.py").write_text(
+        "from outbox_core import hookimpl\n\n\n@hookimpl\ndef outbox_register_kinds(register):\n"
+        "    pass\n"
+    )
+    config = tmp_path / "outbox.toml"
+    config.write_text(
+        '[outbox]\nconcurrency = 3\n[outbox.myapp]\ncolour = "blue"\n'
+        '[outbox.configured]\ntls = "none"\n[outbox.nosuch]\nx = 1\n'
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "migrate", "--print"],
+        env={
+            **env,
+            "OUTBOX_CONFIG": str(config),
+            "OUTBOX_APP_PLUGINS": "tests.configured_plugin,myapp.outbox_plugin",
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[1])]),
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    unknown = [line for line in done.stderr.splitlines() if "config.table.unknown" in line]
+    assert len(unknown) == 1 and "table=outbox.nosuch" in unknown[0], done.stderr

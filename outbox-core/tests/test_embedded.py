@@ -256,3 +256,63 @@ def test_default_data_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert default_data_dir() == tmp_path / ".local" / "share" / "outbox" / "postgres"
     monkeypatch.setattr(embedded, "_running_as_root", lambda: True)
     assert default_data_dir() == ROOT_DATA_DIR
+
+
+@pytest.mark.slow
+def test_remove_takes_away_what_a_start_made_and_refuses_while_it_runs(data_dir: Path) -> None:
+    """``outbox quickstart --clean``: the data folder, and as root the system user outbox
+    created. A user of this test's own, so that the servers of other tests (which run as
+    outbox-pg) never lose theirs."""
+    import uuid
+
+    user = f"outbox-t{uuid.uuid4().hex[:8]}"
+    pg = EmbeddedPostgres(data_dir, log=lambda _: None, user=user)
+    try:
+        _remove_takes_away_what_a_start_made(pg, user)
+    finally:
+        if AS_ROOT:
+            subprocess.run(["userdel", user], capture_output=True, check=False)
+
+
+def _remove_takes_away_what_a_start_made(pg: EmbeddedPostgres, user: str) -> None:
+    data_dir = pg.data_dir
+    pg.start()
+    try:
+        with pytest.raises(EmbeddedError, match="running; stop"):
+            pg.remove()
+        with pytest.raises(EmbeddedAlreadyRunning):
+            EmbeddedPostgres(data_dir, log=lambda _: None, user=user).remove()
+        assert (pg.pgdata / "PG_VERSION").is_file()
+    finally:
+        pg.stop()
+    if AS_ROOT:
+        assert pwd.getpwnam(user).pw_uid != 0
+    removed = pg.remove()
+    assert removed[0] == f"the data folder {pg.data_dir}"
+    assert not pg.data_dir.exists()
+    if AS_ROOT:
+        assert removed[1:] == [f"the system user {user!r} (and its group)"]
+        with pytest.raises(KeyError):
+            pwd.getpwnam(user)
+    assert pg.remove() == []  # nothing left to remove
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root creates and removes a system user")
+def test_remove_keeps_a_user_that_outbox_did_not_create(data_dir: Path) -> None:
+    import uuid
+
+    user = f"outbox-t{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--system", "--no-create-home", user], check=True)
+    try:
+        (data_dir / "server.log").write_text("")
+        assert EmbeddedPostgres(data_dir, user=user).remove() == [f"the data folder {data_dir}"]
+        assert pwd.getpwnam(user).pw_name == user
+    finally:
+        subprocess.run(["userdel", user], check=False)
+
+
+def test_remove_refuses_a_folder_that_is_not_its_own(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(EmbeddedError, match="not an outbox embedded PostgreSQL folder"):
+        EmbeddedPostgres(tmp_path).remove()
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -22,7 +22,9 @@ from .app_plugin import KIND as APP_KIND
 PASSWORD = "never-in-a-log-4711"
 
 
-def run_until_listening(db: OutboxTestDatabase, *args: str) -> str:
+def run_until_listening(
+    db: OutboxTestDatabase, *args: str, env: dict[str, str] | None = None
+) -> str:
     """``outbox run`` in a subprocess with a password in its URL (the test server trusts every
     login, so it is ignored), stopped with SIGTERM once it listens; its stderr."""
     url = make_conninfo(db.url, password=PASSWORD)
@@ -32,6 +34,7 @@ def run_until_listening(db: OutboxTestDatabase, *args: str) -> str:
         "OUTBOX_DATABASE_URL": url,
         "OUTBOX_SHUTDOWN_SECONDS": "5",
         "OUTBOX_APP_PLUGINS": "tests.app_plugin",
+        **(env or {}),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "outbox_core.cli", "run", *args],
@@ -99,3 +102,83 @@ def test_an_application_that_configured_logging_keeps_it(
     monkeypatch.setattr(root, "handlers", [])
     assert configure_logging("DEBUG", "json") is True
     assert len(root.handlers) == 1 and root.level == logging.DEBUG
+
+
+def _progress(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == "executor.progress"]
+
+
+def test_an_idle_period_logs_no_progress_line(caplog: pytest.LogCaptureFixture) -> None:
+    from outbox_core.executor.progress import Progress
+    from outbox_core.states import ActionState
+
+    caplog.set_level(logging.INFO, logger="outbox")
+    progress = Progress()
+    assert progress.report(60.0, in_flight=0) is False
+    progress.claimed += 1
+    progress.count_ended(ActionState.DONE)
+    progress.count_ended(ActionState.ADMITTED)  # a retry: waits again
+    assert progress.report(60.0, in_flight=2) is True
+    assert progress.report(60.0, in_flight=0) is False  # counted afresh after each line
+    [line] = _progress(caplog)
+    assert line.getMessage() == (
+        "executor.progress seconds=60.0 claimed=1 done=1 failed=0 cancelled=0 uncertain=0 "
+        "rescheduled=1 running=2"
+    )
+
+
+async def test_a_busy_executor_logs_its_counts_each_period_and_then_falls_quiet(
+    db: OutboxTestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Failed
+
+    from .kinds import ScriptedAdapter
+
+    async def refuse(attempt: ActionAttempt) -> AdapterResult:
+        return Failed("NOPE")
+
+    ScriptedAdapter.script = refuse
+    caplog.set_level(logging.INFO, logger="outbox")
+    with db.connect() as conn:
+        db.outbox.enqueue_many(
+            conn,
+            [ActionRequest("TEST_NOOP", f"lane-{i % 7}", f"noop-{i}") for i in range(30)]
+            + [ActionRequest("TEST_SCRIPTED", f"other-{i}", f"refused-{i}") for i in range(5)],
+        )
+        conn.commit()
+
+    def total(field: str) -> int:
+        return sum(getattr(record, field) for record in _progress(caplog))
+
+    stop = asyncio.Event()
+    executor = db.executor(progress_seconds=0.2)
+    runner = asyncio.create_task(executor.run(stop))
+    try:
+        deadline = time.monotonic() + 60
+        while (total("done"), total("failed")) != (30, 5):
+            assert not runner.done(), runner
+            assert time.monotonic() < deadline, [r.getMessage() for r in _progress(caplog)]
+            await asyncio.sleep(0.05)
+        assert total("claimed") == 35
+        assert (total("cancelled"), total("uncertain"), total("rescheduled")) == (0, 0, 0)
+        await asyncio.gather(*executor.attempts.running, return_exceptions=True)
+        await asyncio.sleep(0.3)  # a line about the last attempt leaving may still come
+        quiet_from = len(_progress(caplog))
+        await asyncio.sleep(1.0)  # five periods with nothing to do
+        assert len(_progress(caplog)) == quiet_from
+    finally:
+        stop.set()
+        await runner
+        await executor.close()
+
+
+def test_run_with_no_kind_to_run_says_so(db: OutboxTestDatabase) -> None:
+    """No plugin registers a kind (only the core is installed, or every plugin is blocked):
+    the executor runs, and its first line says why it will do nothing."""
+    stderr = run_until_listening(db, env={"OUTBOX_APP_PLUGINS": "", "OUTBOX_PLUGINS": "none"})
+    [warning] = [line for line in stderr.splitlines() if "executor.kinds.none" in line]
+    assert " WARNING outbox executor.kinds.none detail=no installed plugin registers a kind" in (
+        warning
+    )

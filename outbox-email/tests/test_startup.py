@@ -119,7 +119,7 @@ def test_outbox_run_strict_refuses_email_settings_invalid_against_the_fence_marg
         timeout=120,
         check=False,
     )
-    assert completed.returncode == 1, completed.stderr
+    assert completed.returncode == 2, completed.stderr  # a setting is wrong: as for the core's
     assert "strict start-up: 1 kind(s) cannot run with these settings: EMAIL" in completed.stderr
     assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS (45.0) must be below the fence margin" in (
         completed.stderr

@@ -255,9 +255,9 @@ def test_the_token_is_never_printed() -> None:
     ],
 )
 def test_bad_settings_say_what_to_write(values: dict[str, str], match: str) -> None:
-    from pydantic import ValidationError
+    from outbox_core import ConfigurationError
 
-    with pytest.raises(ValidationError, match=match):
+    with pytest.raises(ConfigurationError, match=match):
         IssuesSettings(**values)
 
 

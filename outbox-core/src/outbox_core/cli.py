@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 
 import click
 import psycopg
-from pydantic import ValidationError
+import psycopg.sql
 
 from .cli_database import (
     EXIT_USAGE,
@@ -29,7 +30,7 @@ from .cli_database import (
 )
 from .errors import ConfigurationError, OutboxError
 from .observability import LOG_FORMATS, LOG_LEVELS, configure_logging
-from .settings import OutboxSettings, validation_problems
+from .settings import OutboxSettings
 
 CONFIG_HELP = """
 \b
@@ -37,11 +38,16 @@ Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CON
   OUTBOX_DATABASE_URL   postgresql://user:password@host:5432/dbname
   OUTBOX_SCHEMA         the schema of outbox's tables (default: outbox)
   OUTBOX_LEASE_SECONDS, OUTBOX_CONCURRENCY, OUTBOX_CLAIM_BATCH, OUTBOX_POLL_SECONDS,
-  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP
+  OUTBOX_RETENTION_DAYS, OUTBOX_SHUTDOWN_SECONDS, OUTBOX_STRICT_STARTUP,
+  OUTBOX_KIND_CONCURRENCY (JSON: {"EMAIL": 4}), ... (all of them: docs/operations.md)
   OUTBOX_DISABLE_PLUGINS, OUTBOX_PLUGINS  block plugins / load only these
   OUTBOX_APP_PLUGINS    the application's modules that register kinds in code
                         (myapp.outbox_plugin; the current directory is on sys.path)
 """
+
+
+# The group's options that set a core setting, by the setting's field.
+OPTIONS = {"database_url": "--database-url", "schema_name": "--schema"}
 
 
 class State:
@@ -54,12 +60,19 @@ class State:
     @property
     def settings(self) -> OutboxSettings:
         if self._settings is None:
+            # A wrong value is a ConfigurationError of one line, which the command's guard
+            # prints (exit 2), as it does for a plugin's settings; a value given as an option
+            # is named by the option, not by the variable it stands for.
             try:
                 self._settings = OutboxSettings(**self.overrides)
-            except ValidationError as exc:
-                fail(f"configuration: {validation_problems(exc)}", EXIT_USAGE)
             except ConfigurationError as exc:
-                fail(f"configuration: {exc}", EXIT_USAGE)
+                message = str(exc)
+                for field, option in OPTIONS.items():
+                    if field in self.overrides:
+                        message = message.replace(
+                            f"{OutboxSettings.variable(field)}:", f"{option}:"
+                        )
+                raise ConfigurationError(message) from None
         return self._settings
 
     def require_url(self) -> str:
@@ -78,11 +91,13 @@ class State:
         return Outbox.from_settings(self.settings)
 
 
-# What PostgreSQL answers when a schema, table, function or type that a migration creates is
-# not there: the database was never migrated (or not with this schema name).
+# What PostgreSQL answers when a schema, table, column, function or type that a migration
+# creates is not there: the database was never migrated (or not with this schema name), or not
+# since this build was installed.
 MISSING_OBJECT = (
     psycopg.errors.InvalidSchemaName,
     psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
     psycopg.errors.UndefinedFunction,
     psycopg.errors.UndefinedObject,
 )
@@ -108,11 +123,14 @@ def _missing_object(exc: BaseException) -> psycopg.Error | None:
 
 def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
     """Turn outbox's own errors, and a database that was never migrated, into one line on
-    stderr and exit 1."""
+    stderr and exit 1; a setting that is wrong (the core's or a plugin's) exits 2, as a wrong
+    option does."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
+        except ConfigurationError as exc:
+            fail(f"configuration: {exc}", EXIT_USAGE)
         except OutboxError as exc:
             fail(str(exc))
         except Exception as exc:
@@ -121,8 +139,9 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             what = missing.diag.message_primary or missing
             fail(
-                f"outbox's schema or tables are missing ({what}): the database was never "
-                "migrated; run `outbox migrate`"
+                f"outbox's schema, or a part of it that this build needs, is missing ({what}): "
+                "the database was never migrated, or not since this build was installed; run "
+                "`outbox migrate`"
             )
 
     wrapper.__name__ = function.__name__
@@ -149,8 +168,6 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
 def main(
     ctx: click.Context, database_url: str | None, schema: str | None, config: Path | None
 ) -> None:
-    import os
-
     if os.environ.get("OUTBOX_APP_PLUGINS") and "" not in sys.path and os.getcwd() not in sys.path:
         # As uvicorn and celery do: the application's modules are found from where it runs.
         sys.path.insert(0, os.getcwd())
@@ -253,8 +270,15 @@ def status(state: State, as_json: bool, lanes: int) -> None:
         report = collect_status(conn, state.outbox(), lanes=lanes)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
-        return
-    print_status(report)
+    else:
+        print_status(report)
+    if report.stopped:
+        fail(
+            f"{len(report.stopped)} kind(s) cannot run with these settings: "
+            + ", ".join(kind.kind for kind in report.stopped)
+            + " (listed above, with the setting to fix)",
+            EXIT_USAGE,
+        )
 
 
 @main.command(epilog=CONFIG_HELP)
@@ -427,8 +451,10 @@ def run(
     and leaves the rest to their leases.
 
     It logs on stderr (--log-level, --log-format): executor.started with the version, the
-    kinds and their plugins, the database's host and schema and the concurrency, the events
-    of docs/log-records.md, and executor.stopped. Run inside a process whose logging is
+    kinds and their plugins, the database's host and schema and the concurrency, while busy
+    executor.progress once a minute (OUTBOX_PROGRESS_SECONDS) with the actions claimed and
+    ended by state and the attempts running, the events of docs/log-records.md, and
+    executor.stopped. Run inside a process whose logging is
     already configured (a handler on the root logger), it leaves that logging alone.
     """
     configure_logging(log_level.upper(), log_format)
@@ -459,6 +485,18 @@ def run(
         from .outbox import Outbox
 
         outbox = Outbox.from_settings(settings)
+        if not outbox.registry.kinds:
+            import logging
+
+            from .observability import event
+
+            event(
+                "executor.kinds.none",
+                level=logging.WARNING,
+                detail="no installed plugin registers a kind, so there is nothing to run: "
+                "install an effect package (pip install outbox-email) or name the "
+                "application's modules in OUTBOX_APP_PLUGINS",
+            )
         executor = Executor(outbox, url, settings=settings, kinds=chosen)
         tune_collector()  # this process runs the executor and nothing else
         asyncio.run(_run_executor(executor))
@@ -503,20 +541,98 @@ async def _run_executor(executor: Any) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="embedded server's data folder (no database configured)",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="with a database configured: go ahead (the demo runs in a scratch schema, dropped after)",
+)
+@click.option(
+    "--clean",
+    is_flag=True,
+    help="remove what the quickstart made (the embedded server's data folder, the demo file; as "
+    "root the system user outbox-pg) and exit",
+)
 @click.pass_obj
 @_guard
-def quickstart(state: State, count: int, lanes: int, target: Path, data_dir: Path | None) -> None:
-    """Try outbox: migrate, enqueue demo actions whose effect is lines appended to a file, run
-    them with a progress bar, and print the status table. With no database configured it
-    starts an embedded PostgreSQL and stops it at the end."""
-    from .quickstart import run_quickstart
+def quickstart(
+    state: State,
+    count: int,
+    lanes: int,
+    target: Path,
+    data_dir: Path | None,
+    yes: bool,
+    clean: bool,
+) -> None:
+    """Try outbox: migrate, enqueue demo actions whose effect is lines in a file (started afresh
+    each run), run them with a progress bar, and print the status table.
+
+    With no database configured it starts an embedded PostgreSQL and stops it at the end; its
+    data folder stays for the next run (as root: /var/lib/outbox/postgres, owned by the system
+    user outbox-pg, which it creates). `outbox quickstart --clean` removes them. With a
+    database configured it asks for --yes, and runs in a scratch schema that it drops after.
+    """
+    from .quickstart import demo_file_is_ours, run_quickstart
 
     settings = state.settings
-    with database(settings, data_dir, migrate_first=True) as url:
-        done = run_quickstart(url, settings, target=target, count=count, lanes=lanes)
+    url = settings.dsn()
+    if clean:
+        _clean_quickstart(target, data_dir, configured=url is not None)
+        return
+    if not demo_file_is_ours(target):
+        fail(
+            f"--file {target}: the file exists and was not written by outbox quickstart; pass "
+            "another --file (the quickstart starts its file afresh each run)",
+            EXIT_USAGE,
+        )
+    if url is None:
+        with database(settings, data_dir, migrate_first=True) as embedded:
+            done = run_quickstart(embedded, settings, target=target, count=count, lanes=lanes)
+    else:
+        from .observability import database_label
+
+        scratch = f"outbox_quickstart_{os.getpid()}"
+        if not yes:
+            fail(
+                f"a database is configured ({database_label(url)}): the quickstart would write "
+                f"to it (in a scratch schema, {scratch}, that it drops after); pass --yes to go "
+                "ahead, or unset OUTBOX_DATABASE_URL to try it on an embedded PostgreSQL",
+                EXIT_USAGE,
+            )
+        settings = settings.model_copy(update={"schema_name": scratch})
+        try:
+            with database(settings, data_dir, migrate_first=True) as configured:
+                done = run_quickstart(configured, settings, target=target, count=count, lanes=lanes)
+        finally:
+            with connected(url, autocommit=True) as conn:
+                conn.execute(
+                    psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        psycopg.sql.Identifier(scratch)
+                    )
+                )
+        click.echo(f"dropped the scratch schema {scratch}")
     if done != count:
         fail(f"{count - done} of {count} demo actions did not end DONE")
     click.echo(f"all {count} demo actions ended DONE; see {target}")
+
+
+def _clean_quickstart(target: Path, data_dir: Path | None, *, configured: bool) -> None:
+    """``outbox quickstart --clean``: what the quickstart left, removed, one line each."""
+    from .embedded import EmbeddedPostgres
+    from .quickstart import demo_file_is_ours
+
+    removed = EmbeddedPostgres(data_dir).remove()
+    if target.is_file() and demo_file_is_ours(target):
+        target.unlink()
+        removed.append(f"the demo file {target}")
+    for line in removed:
+        click.echo(f"removed {line}")
+    if not removed:
+        click.echo("nothing to remove")
+    if configured:
+        click.echo(
+            "(the configured database keeps nothing of the quickstart: its scratch schema was "
+            "dropped when it ended)"
+        )
 
 
 if __name__ == "__main__":

@@ -110,25 +110,37 @@ def database(
     migrate_first: bool = False,
     wait_seconds: float = 0.0,
 ) -> Iterator[str]:
-    """The configured server, or an embedded one (said in one line) migrated on start."""
+    """The configured server, or an embedded one (said in one line) migrated on start. A
+    configured server that is not migrated is refused in one line (see :func:`check_migrated`),
+    unless ``migrate_first``."""
     url = settings.dsn()
     if url is not None:
         if data_dir is not None:
             fail("--data-dir is for the embedded server; a database URL is configured", EXIT_USAGE)
         with connected(url, wait_seconds=wait_seconds, autocommit=True) as conn:
+            from .plugins import load_plugins
+
             if migrate_first:
                 from .migrations import migrate as apply
-                from .plugins import load_plugins
 
                 apply(conn, settings.schema_name, load_plugins().migration_lines)
+            else:
+                check_migrated(conn, settings.schema_name)
         yield url
         return
-    from .embedded import EmbeddedPostgres
+    from .embedded import EmbeddedPostgres, EmbeddedUnavailable
     from .migrations import migrate as apply
     from .plugins import load_plugins
 
     server = EmbeddedPostgres(data_dir)
-    server.start()
+    try:
+        server.start()
+    except EmbeddedUnavailable as exc:
+        fail(
+            "no database configured: set OUTBOX_DATABASE_URL (or pass --database-url "
+            f"postgresql://user@host:5432/dbname); to try outbox without one, {exc}",
+            EXIT_USAGE,
+        )
     try:
         click.echo(
             f"outbox: no database configured; using an embedded PostgreSQL in {server.data_dir} "
@@ -140,3 +152,38 @@ def database(
         yield server.url
     finally:
         server.stop()
+
+
+def check_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Refuse, in one line, a database whose schema lacks the core's migrations of this build
+    (never migrated, or not since this build was installed): before the executor starts, not
+    as a traceback from its first claim. A plugin's pending migrations are a warning: its kinds
+    have no rows to claim until they are applied, and the other kinds run."""
+    from .migrations import CORE_LINE, applied, plan
+    from .observability import event
+    from .plugins import load_plugins
+
+    done = applied(conn, schema)
+    if not done:
+        fail(
+            f"the database has no outbox schema {schema!r} (never migrated, or another "
+            "OUTBOX_SCHEMA): run `outbox migrate`"
+        )
+    pending = plan(load_plugins().migration_lines, done)
+    core = [migration.label for migration in pending if migration.line == CORE_LINE]
+    if core:
+        fail(
+            f"the schema {schema!r} lacks migrations this build needs ({', '.join(core)}): "
+            "run `outbox migrate`"
+        )
+    others = [migration.label for migration in pending]
+    if others:
+        import logging
+
+        event(
+            "executor.migrations.pending",
+            level=logging.WARNING,
+            schema=schema,
+            pending=",".join(others),
+            detail="their kinds have nothing to claim until `outbox migrate` applies them",
+        )

@@ -34,6 +34,9 @@ What it does
 * **Restarting.** ``restart(mode)`` stops the server with ``pg_ctl stop -m fast`` or ``-m
   immediate`` (a crash: the next start recovers from the WAL) and starts it again on the same
   port, for tests of what clients do while their database restarts.
+* **Removing it.** ``remove()`` (``outbox quickstart --clean``) deletes the data folder, the
+  empty ``outbox`` folder above the default one, and as root the system user, when outbox
+  created it and it owns the folder; refused while a server runs on the folder.
 * **Twice on one data folder: a clear error.** If a server already runs on the data folder
   (another process, or one left behind by a killed process), ``start()`` raises
   :class:`EmbeddedAlreadyRunning` naming its pid and port, instead of sharing it: a shared server
@@ -109,6 +112,9 @@ _PASSWORD = "password"
 _SERVER_LOG = "server.log"
 _KNOWN_ENTRIES = frozenset({_PGDATA, _PASSWORD, _SERVER_LOG, "lost+found"})
 _PORT_ATTEMPTS = 3
+# The comment of the system user that outbox created (useradd --comment): what tells
+# ``remove()`` that the user is outbox's to delete, not one an administrator made.
+_ACCOUNT_COMMENT = "outbox embedded PostgreSQL"
 
 
 class EmbeddedError(OutboxError):
@@ -198,6 +204,47 @@ class _Account:
     gid: int
 
 
+def _made_by_outbox(name: str) -> bool:
+    import pwd
+
+    try:
+        return pwd.getpwnam(name).pw_gecos == _ACCOUNT_COMMENT
+    except KeyError:
+        return False
+
+
+def _processes_of(uid: int) -> list[int]:
+    """The pids of the processes that run as ``uid`` (Linux: /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").strip().startswith("Z"):
+            continue  # exited, not yet reaped: it runs nothing
+        if str(uid) in fields.get("Uid", "").split():
+            pids.append(int(entry.name))
+    return pids
+
+
+def _delete_account(name: str) -> None:
+    userdel = shutil.which("userdel") or "/usr/sbin/userdel"
+    try:
+        done = subprocess.run([userdel, name], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise EmbeddedError(
+            f"cannot delete the system user {name!r} ({exc}): userdel {name}"
+        ) from exc
+    if done.returncode != 0 and _lookup_account(name) is not None:
+        raise EmbeddedError(
+            f"userdel could not delete the system user {name!r}: {done.stderr.strip()}"
+        )
+
+
 def _lookup_account(name: str) -> _Account | None:
     import pwd
 
@@ -225,7 +272,7 @@ def _create_account(name: str) -> _Account:
         shell,
         "--user-group",
         "--comment",
-        "outbox embedded PostgreSQL",
+        _ACCOUNT_COMMENT,
         name,
     ]
     try:
@@ -335,8 +382,11 @@ class EmbeddedPostgres:
         port: int | None = None,
         log: Callable[[str], None] = _stderr_log,
         timeout: float = 60.0,
+        user: str | None = None,
     ) -> None:
         self._defaulted = data_dir is None
+        self.user = user if user is not None else SERVER_USER
+        """The system user the server runs as when started as root (:data:`SERVER_USER`)."""
         chosen = default_data_dir() if data_dir is None else Path(data_dir)
         self.data_dir: Path = chosen.expanduser().resolve()
         self._wanted_port = port
@@ -454,6 +504,51 @@ class EmbeddedPostgres:
                 self._start_server(self._port)
             self._log(f"PostgreSQL restarted ({mode}) on {_HOST}:{self._port}")
 
+    def remove(self) -> list[str]:
+        """Remove what starting this server made (``outbox quickstart --clean``): the data
+        folder, with the cluster and its data; the ``outbox`` folder above the default one
+        when it is left empty (``/var/lib/outbox`` as root); as root, the system user that owns
+        the folder, when outbox created it (useradd's comment says so; one an administrator
+        made is kept; the other folders it owns, if any, keep its uid).
+        Refused, with nothing removed, while a server runs on the folder or a process runs as
+        that user, or when the folder holds what is not outbox's.
+        Returns one line per thing removed."""
+        with self._lock:
+            if self.running:
+                raise EmbeddedError("the embedded PostgreSQL is running; stop() it first")
+            self._check_folder_contents()
+            self._refuse_if_running()
+            account = _lookup_account(self.user) if _running_as_root() else None
+            # The user goes with a folder it ran: one that outbox created, owning this folder.
+            ours = (
+                account is not None
+                and _made_by_outbox(self.user)
+                and self.data_dir.is_dir()
+                and self.data_dir.stat().st_uid == account.uid
+            )
+            if account is not None and ours:
+                busy = _processes_of(account.uid)
+                if busy:
+                    raise EmbeddedError(
+                        f"the system user {self.user!r} still runs processes (pid "
+                        f"{', '.join(map(str, busy[:5]))}): an embedded server of another data "
+                        "folder? Stop it first; nothing was removed"
+                    )
+            removed = []
+            if self.data_dir.exists():
+                with _folder_lock(self.data_dir):
+                    self._refuse_if_running()
+                    shutil.rmtree(self.data_dir)
+                removed.append(f"the data folder {self.data_dir}")
+            parent = self.data_dir.parent  # .../outbox of the default folder .../outbox/postgres
+            if self._defaulted and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+                removed.append(f"the empty folder {parent}")
+            if account is not None and ours:
+                _delete_account(self.user)
+                removed.append(f"the system user {self.user!r} (and its group)")
+            return removed
+
     # -- internals ------------------------------------------------------------------------
 
     def _stop_at_exit(self) -> None:
@@ -479,11 +574,12 @@ class EmbeddedPostgres:
 
     def _prepare_as_root(self, install: _Install) -> _Account:
         """Check, announce in one line, then create the user and own the data folder."""
-        account = _lookup_account(SERVER_USER)
+        user = self.user
+        account = _lookup_account(user)
         blocked = _blocking_dir([self.data_dir.parent], account)
         if blocked is not None:
             raise EmbeddedError(
-                f"running as root, the server runs as the system user {SERVER_USER!r}, which "
+                f"running as root, the server runs as the system user {user!r}, which "
                 f"cannot traverse {blocked} to reach the data folder {self.data_dir}; pass a "
                 f"data folder it can reach, e.g. --data-dir {ROOT_DATA_DIR} (permissions of "
                 f"{blocked} are left alone on purpose)"
@@ -491,7 +587,7 @@ class EmbeddedPostgres:
         blocked = _blocking_dir(install.dirs(), account)
         if blocked is not None:
             raise EmbeddedError(
-                f"running as root, the server runs as the system user {SERVER_USER!r}, which "
+                f"running as root, the server runs as the system user {user!r}, which "
                 f"cannot traverse {blocked} to reach the PostgreSQL binaries in {install.root}; "
                 "install outbox in a virtualenv outside root's home (e.g. under /opt), or run as "
                 f"a normal user (permissions of {blocked} are left alone on purpose)"
@@ -500,11 +596,11 @@ class EmbeddedPostgres:
         where = " (root's default)" if self._defaulted else ""
         self._log(
             f"running as root: PostgreSQL will run as the unprivileged system user "
-            f"{SERVER_USER!r} ({who}), which will own only the data folder {self.data_dir}"
+            f"{user!r} ({who}), which will own only the data folder {self.data_dir}"
             f"{where}; no other permissions are changed"
         )
         if account is None:
-            account = _create_account(SERVER_USER)
+            account = _create_account(user)
         missing = [d for d in reversed(self.data_dir.parents) if not d.exists()]
         for directory in missing:  # new directories only: 0755 whatever the umask
             with contextlib.suppress(FileExistsError):

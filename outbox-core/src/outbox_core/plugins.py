@@ -35,12 +35,14 @@ from .errors import PluginLoadError, RegistrationError
 from .hookspecs import RegistrationContext
 from .migrations import MigrationLine, core_line, ordered
 from .person_data import PersonDataCatalog
+from .plugin_variables import (
+    ALLOW_VARIABLE,
+    APP_VARIABLE,
+    DISABLE_VARIABLE,
+    ENTRY_POINT_GROUP,
+    listed,
+)
 from .registry import KindRegistry
-
-ENTRY_POINT_GROUP = "outbox_core.plugins"
-DISABLE_VARIABLE = "OUTBOX_DISABLE_PLUGINS"
-ALLOW_VARIABLE = "OUTBOX_PLUGINS"
-APP_VARIABLE = "OUTBOX_APP_PLUGINS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +107,8 @@ def _version(distribution: str) -> str:
 
 
 def _names(variable: str) -> set[str] | None:
-    listed = _listed(variable)
-    return None if listed is None else set(listed)
-
-
-def _listed(variable: str) -> list[str] | None:
-    raw = os.environ.get(variable)
-    if raw is None:
-        return None
-    return [part.strip() for part in raw.split(",") if part.strip()]
+    names = listed(variable)
+    return None if names is None else set(names)
 
 
 def _import_app_plugin(name: str) -> ModuleType:
@@ -173,7 +168,7 @@ def build_host(
     host = PluginHost(pluginmanager=pm)
     disabled = _names(DISABLE_VARIABLE) or set()
     allowed = _names(ALLOW_VARIABLE)
-    apps = list(app_plugins) if app_plugins is not None else _listed(APP_VARIABLE) or []
+    apps = list(app_plugins) if app_plugins is not None else listed(APP_VARIABLE) or []
     loaded: list[tuple[PluginInfo, object]] = []
     entry_points = _entry_points() if use_entry_points else []
     _warn_unknown_names(entry_points, apps, disabled, allowed)

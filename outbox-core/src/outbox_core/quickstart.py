@@ -1,13 +1,15 @@
 """``outbox quickstart``: a demo kind whose effect a person can see, run end to end.
 
 It appends one line per action to a file (``outbox-quickstart.txt`` in the current folder by
-default), enqueues a few dozen actions across a few lanes in one transaction, runs the
-executor with a progress bar until every action ended, and prints ``outbox status``.
+default, started afresh each run, with the run's name on its first line), enqueues a few dozen
+actions across a few lanes in one transaction, runs the executor with a progress bar until
+every action ended, and prints ``outbox status``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .adapter import ActionAdapter
 from .attempt import ActionAttempt
+from .errors import OutboxError
 from .executor import Executor
 from .outbox import Outbox
 from .registry import KindRegistry
@@ -28,6 +31,39 @@ from .status import collect_status, print_status
 from .variants import ActionVariants
 
 DEMO_KIND = "QUICKSTART_LINE"
+HEADER = "# outbox quickstart"
+"""The first line of the demo file: what tells a later run (or ``--clean``) that it is the
+quickstart's to replace (or remove)."""
+
+
+_OLD_LINE = re.compile(r"^lane \d+: action \d+$")
+
+
+def demo_file_is_ours(target: Path) -> bool:
+    """The file does not exist, is empty, or was written by the quickstart."""
+    try:
+        with target.open(encoding="utf-8") as file:
+            first = file.readline()
+    except FileNotFoundError:
+        return True
+    except (OSError, UnicodeDecodeError):
+        return False
+    # An earlier build's file had no header: its lines alone.
+    return first == "" or first.startswith(HEADER) or _OLD_LINE.match(first) is not None
+
+
+def start_demo_file(target: Path, run: str) -> None:
+    """A fresh demo file for this run: a second run does not append to the first one's lines
+    (which would read as if every action had run twice). A file that is not the quickstart's
+    is refused, and left as it is."""
+    if not demo_file_is_ours(target):
+        raise OutboxError(
+            f"--file {target}: the file exists and was not written by outbox quickstart; pass "
+            "another --file (the quickstart starts its file afresh each run)"
+        )
+    target.write_text(
+        f"{HEADER} run {run}: one line per demo action, written by its attempt\n", "utf-8"
+    )
 
 
 class Line(BaseModel):
@@ -80,6 +116,7 @@ def run_quickstart(
         )
         run = conn.execute("SELECT to_char(clock_timestamp(), 'YYYYMMDDHH24MISSUS')").fetchone()
         assert run is not None
+        start_demo_file(target, run[0])
         requests = [
             ActionRequest(
                 DEMO_KIND,

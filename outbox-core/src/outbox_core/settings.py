@@ -8,13 +8,15 @@ file. Secrets are ``SecretStr`` and never printed.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import (
     AliasChoices,
@@ -114,23 +116,41 @@ def nearest(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _field_keys(settings_cls: type[BaseSettings], name: str) -> list[str]:
+    """The keys of a section's TOML table that set the field ``name``: the field's name and
+    its lower-case aliases (``schema`` for ``schema_name``)."""
+    info = settings_cls.model_fields[name]
+    alias = info.validation_alias
+    choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+    return [name, *(c for c in choices if isinstance(c, str) and c.islower() and c != name)]
+
+
 def _table_keys(settings_cls: type[BaseSettings]) -> set[str]:
-    """The keys a section's TOML table may hold: each field's name and its lower-case
-    aliases (``schema`` for ``schema_name``)."""
-    keys = set(settings_cls.model_fields)
-    for info in settings_cls.model_fields.values():
-        alias = info.validation_alias
-        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
-        keys.update(c for c in choices if isinstance(c, str) and c.islower())
-    return keys
+    """The keys a section's TOML table may hold."""
+    return {key for name in settings_cls.model_fields for key in _field_keys(settings_cls, name)}
 
 
-def plugin_table_names() -> set[str]:
+def plugin_table_names(*, import_app_plugins: bool = False) -> set[str]:
     """The ``[outbox.<name>]`` tables something installed may read: each installed plugin's
-    entry point name and every section of the settings classes imported so far."""
+    entry point name, the top package of each module ``OUTBOX_APP_PLUGINS`` names
+    (``[outbox.myapp]`` for ``myapp.outbox_plugin``), and every section of the settings classes
+    imported so far. With ``import_app_plugins`` the application's modules are imported first
+    (as loading the plugins does), so that the sections they declare are known too."""
     from importlib import metadata
 
-    names = {ep.name for ep in metadata.entry_points(group="outbox_core.plugins")}
+    from .plugin_variables import APP_VARIABLE, ENTRY_POINT_GROUP, listed
+
+    names = {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    modules = listed(APP_VARIABLE) or []
+    names.update(module.split(".")[0] for module in modules)
+    if import_app_plugins:
+        import contextlib
+        import importlib
+
+        for module in modules:
+            # A module that fails to import is the plugin host's to report, in its own words.
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
     todo: list[type[SectionSettings]] = [SectionSettings]
     while todo:
         cls = todo.pop()
@@ -170,6 +190,8 @@ def check_config_table(settings_cls: type[SectionSettings], table: dict[str, Any
             detail="the file has no [outbox] table (or an empty one): outbox reads nothing from it",
         )
     plugins = plugin_table_names()
+    if tables - plugins and os.environ.get("OUTBOX_APP_PLUGINS"):
+        plugins = plugin_table_names(import_app_plugins=True)
     for name in sorted(tables - plugins):
         warn_once(
             "config.table.unknown",
@@ -199,7 +221,11 @@ class SectionSettings(BaseSettings):
     """Base of every package's settings: environment first, then the TOML table.
 
     A plugin declares ``model_config = SettingsConfigDict(env_prefix="OUTBOX_EMAIL_")`` and
-    ``toml_section = "outbox.email"``.
+    ``toml_section = "outbox.email"``. However a section is built (``load()``, the class
+    called with values, the core or a plugin), a wrong value is a
+    :class:`~outbox_core.ConfigurationError` of one line naming where it was set (the variable,
+    or the file's table and key), what is wrong with it and what is accepted; never the value,
+    which may be a secret.
     """
 
     toml_section: ClassVar[str] = "outbox"
@@ -207,39 +233,84 @@ class SectionSettings(BaseSettings):
     # Merged into each subclass's model_config.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 
-    @classmethod
-    def load(cls, **values: Any) -> Self:
-        """The settings from the environment and the file, or a
-        :class:`~outbox_core.ConfigurationError` naming each variable that is wrong and what
-        it should be (one line, for ``outbox run``; never the value, which may be a secret)."""
-        from pydantic import ValidationError
+    def __init__(self, *args: Any, **values: Any) -> None:
         from pydantic_settings import SettingsError
 
         from .errors import ConfigurationError
 
         try:
-            return cls(**values)
+            super().__init__(*args, **values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{cls.variable(*error['loc'])}: {error['msg'].removeprefix('Value error, ')}"
-                for error in exc.errors(include_input=False, include_url=False)
-            )
-            raise ConfigurationError(problems) from None
+            raise ConfigurationError(type(self).problems(exc)) from None
         except SettingsError as exc:
             found = re.search(r'field "(\w+)"', str(exc))
-            name = cls.variable(found.group(1) if found else "")
-            raise ConfigurationError(
-                f"{name}: cannot be parsed; a list or a table is written as JSON, "
-                "e.g. '[\"feedback\"]'"
-            ) from None
+            field = found.group(1) if found else ""
+            raise ConfigurationError(type(self).unparsable(field)) from None
+
+    @classmethod
+    def load(cls, **values: Any) -> Self:
+        """The settings from the environment and the file (``values`` win over both), or a
+        :class:`~outbox_core.ConfigurationError` of one line naming each setting that is wrong
+        and what it should be (the same as calling the class)."""
+        return cls(**values)
+
+    @classmethod
+    def problems(cls, exc: ValidationError) -> str:
+        """A validation error as one line: ``OUTBOX_EMAIL_TLS: Input should be 'implicit',
+        'starttls' or 'none'; ...``, each problem under the setting's name, without the value."""
+        return "; ".join(
+            f"{cls.source(*error['loc'])}: {error['msg'].removeprefix('Value error, ')}"
+            for error in exc.errors(include_input=False, include_url=False)
+        )
+
+    @classmethod
+    def unparsable(cls, field: str) -> str:
+        """The message for a list or table setting that is not valid JSON, with an example of
+        what it takes."""
+        info = cls.model_fields.get(field)
+        example = info.examples[0] if info is not None and info.examples else None
+        if example is None:
+            annotation = info.annotation if info is not None else None
+            example = {"name": 1} if typing.get_origin(annotation) is dict else ["name"]
+        shape = "an object" if isinstance(example, dict) else "a list"
+        return (
+            f"{cls.source(field) if field else cls.variable()}: cannot be parsed; write {shape} in "
+            f"JSON, e.g. '{json.dumps(example)}'"
+        )
 
     @classmethod
     def variable(cls, *field: object) -> str:
-        """The environment variable of a field (``OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS``), of a
-        nested field's path, or with no field the section's prefix (``OUTBOX_EMAIL``): what an
-        error names, so that the operator knows what to set."""
+        """The environment variable of a field (``OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS``), or with
+        no field the section's prefix (``OUTBOX_EMAIL``): what an error names, so that the
+        operator knows what to set. A field with an upper-case alias is named by it
+        (``OUTBOX_SCHEMA``); a part below a field (a key of a table, the index in a list) is
+        added in brackets: ``OUTBOX_KIND_CONCURRENCY[EMAIL]``."""
         prefix = str(cls.model_config.get("env_prefix") or "")
-        return f"{prefix}{'_'.join(str(part) for part in field).upper()}".rstrip("_")
+        if not field:
+            return prefix.rstrip("_")
+        name, *below = (str(part) for part in field)
+        info = cls.model_fields.get(name)
+        alias = info.validation_alias if info is not None else None
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        upper = [c for c in choices if isinstance(c, str) and c.isupper() and c.startswith(prefix)]
+        variable = upper[0] if upper else f"{prefix}{name.upper()}"
+        return variable + "".join(f"[{part}]" for part in below)
+
+    @classmethod
+    def source(cls, *field: object) -> str:
+        """Where a field's value was set: its environment variable when that is set (or the
+        field is not in the file), else the key of the file's table (``outbox.toml [outbox.email]
+        tls``). A problem of the section as a whole is named by its prefix."""
+        variable = cls.variable(*field)
+        if not field or variable.split("[")[0] in os.environ or not os.environ.get("OUTBOX_CONFIG"):
+            return variable
+        name = str(field[0])
+        table = config_file_table(cls.toml_section)
+        key = next((key for key in _field_keys(cls, name) if key in table), None)
+        if key is None:
+            return variable
+        below = "".join(f"[{part}]" for part in field[1:])
+        return f"{os.environ['OUTBOX_CONFIG']} [{cls.toml_section}] {key}{below}"
 
     @classmethod
     def settings_customise_sources(
@@ -271,8 +342,10 @@ class OutboxSettings(SectionSettings):
         default=60.0, ge=0.0, description="begin_write() refuses with less lease than this left"
     )
     concurrency: int = Field(default=100, ge=1, description="attempts running at once")
-    kind_concurrency: dict[str, int] = Field(
-        default_factory=dict, description="attempts running at once per kind, e.g. {EMAIL=4}"
+    kind_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="attempts running at once per kind, e.g. {EMAIL=4}",
+        examples=[{"EMAIL": 4}],
     )
     claim_batch: int = Field(default=500, ge=1, le=10_000, description="lanes per claim")
     poll_seconds: float = Field(
@@ -289,6 +362,11 @@ class OutboxSettings(SectionSettings):
             "how often the gauges that pass over every live action are counted (blocked "
             "lanes, waiting and proposed actions)"
         ),
+    )
+    progress_seconds: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="how often a busy executor logs executor.progress (nothing when idle)",
     )
     shutdown_seconds: float = Field(
         default=30.0, ge=0.0, description="on SIGTERM, how long running attempts may finish"

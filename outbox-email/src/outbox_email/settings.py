@@ -89,7 +89,7 @@ class EmailSettings(SectionSettings):
             try:
                 parse_address(value, "sender")
             except InvalidMail as exc:
-                raise ValueError(str(exc)) from None
+                raise ValueError(str(exc).removeprefix("sender: ")) from None
         return value
 
     @field_validator("message_id_domain")

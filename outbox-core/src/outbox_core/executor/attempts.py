@@ -62,6 +62,7 @@ class Attempts:
             claimed = claimed_action(row)
             if op in ATTEMPT_OPS:
                 rt.tally.add(rt.instruments.claimed, ("kind", claimed.kind), ("op", op))
+                rt.progress.claimed += 1
                 action_event(
                     "action.claimed",
                     claimed.id,

@@ -339,6 +339,7 @@ class Endings:
         """Metrics and the log event of an ending that was written (the action's state, kind
         and stop reason are the ending's: settle wrote them)."""
         state = ending.state
+        self.rt.progress.count_ended(state)
         if state.ended:
             stop_reason = str(ending.stop_reason) if ending.stop_reason is not None else ""
             self.rt.tally.add(

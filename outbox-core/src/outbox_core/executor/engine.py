@@ -158,6 +158,10 @@ class Executor:
             asyncio.create_task(self.claims.listen(), name="outbox-listen"),
             asyncio.create_task(self.claims.loop(), name="outbox-claim"),
             asyncio.create_task(self.maintenance.loop(), name="outbox-maintenance"),
+            asyncio.create_task(
+                rt.progress.loop(rt.settings.progress_seconds, lambda: len(self.attempts.running)),
+                name="outbox-progress",
+            ),
         ]
         from ..plugins import _version
 

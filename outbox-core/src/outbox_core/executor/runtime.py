@@ -21,6 +21,7 @@ from ..registry import KindFilter, RegisteredKind
 from ..settings import OutboxSettings
 from ..startup import StoppedKind, build_adapters, refusal
 from .jsonb import use_fast_loads
+from .progress import Progress
 
 
 class Runtime:
@@ -51,6 +52,7 @@ class Runtime:
         self.queries = outbox.queries
         self.instruments = Instruments.shared(self.kinds)
         self.tally = Tally()
+        self.progress = Progress()
         self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         # Set when the claim loop has something new to look at (a notification, an ending
         # that freed a lane, a slot released); `capacity` when an attempt or ending finished.
