@@ -19,9 +19,10 @@ from typing import Any
 
 from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 
 from .action import Action
-from .adapter import has_own
+from .adapter import EnqueueCheck, has_own
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
 from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
@@ -39,6 +40,7 @@ class _Prepared:
     request: ActionRequest
     entry: RegisteredKind
     params: dict[str, Any]
+    body: BaseModel
 
 
 class Outbox:
@@ -132,7 +134,7 @@ class Outbox:
                     "the retention for every replica",
                 )
         payload = entry.variants.encode(request.payload)
-        entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
+        body = entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
         params = {
             "kind": request.kind,
             "at_most_once": adapter.at_most_once,
@@ -147,7 +149,44 @@ class Outbox:
             "due_at": request.not_before,
             "expires_at": request.expires_at,
         }
-        return _Prepared(request, entry, params)
+        return _Prepared(request, entry, params, body)
+
+    def _check_steps(self, prepared: Iterable[_Prepared]) -> Steps[None]:
+        """Each request's kind's own enqueue check (:meth:`ActionAdapter.check_enqueue`), before
+        anything is written; a kind without one is skipped."""
+        for item in prepared:
+            entry = item.entry
+            if entry.checks_enqueue:
+                yield self._check_call(
+                    entry, EnqueueCheck(item.request, item.params["payload"], item.body)
+                )
+
+    @staticmethod
+    def _check_call(entry: RegisteredKind, check: EnqueueCheck) -> Call:
+        adapter = entry.adapter
+        return Call(
+            adapter.check_enqueue if has_own(adapter, "check_enqueue") else None,
+            adapter.acheck_enqueue,
+            (check,),
+            what=f"the enqueue check of {entry.kind} has only an async form "
+            f"({adapter.__qualname__}.acheck_enqueue): enqueue it from async code with "
+            "`await aenqueue(...)`; nothing was written",
+        )
+
+    def check_steps(self, requests: Sequence[ActionRequest]) -> Steps[None]:
+        """:meth:`check` as steps."""
+        now = (yield from self._now_steps()) if self._needs_clock(requests) else None
+        yield from self._check_steps([self.prepare(request, now=now) for request in requests])
+
+    def check(self, conn: Connection[Any], requests: Sequence[ActionRequest]) -> None:
+        """Every check an enqueue of ``requests`` makes (the request, its payload against the
+        kind's variants, the kind's own enqueue check), writing nothing: for an entry point that
+        writes rows of its own before it enqueues, so that it refuses first."""
+        run(conn, self.check_steps(requests))
+
+    async def acheck(self, conn: AsyncConnection[Any], requests: Sequence[ActionRequest]) -> None:
+        """The async twin of :meth:`check`."""
+        await arun(conn, self.check_steps(requests))
 
     def _single_params(self, prepared: _Prepared) -> dict[str, Any]:
         params = dict(prepared.params)
@@ -193,6 +232,8 @@ class Outbox:
         """:meth:`enqueue` as steps (``yield from outbox.enqueue_steps(request)``)."""
         now = (yield from self._now_steps()) if self._needs_clock([request]) else None
         prepared = self.prepare(request, now=now)
+        if prepared.entry.checks_enqueue:
+            yield from self._check_steps([prepared])
         rows = yield Query(self.queries["enqueue"], self._single_params(prepared))
         if rows:
             return Enqueued(int(rows[0][0]), True)
@@ -227,6 +268,8 @@ class Outbox:
         now = (yield from self._now_steps()) if self._needs_clock(requests) else None
         prepared = [self.prepare(request, now=now) for request in requests]
         self._refuse_inner_conflicts(prepared)
+        # Every check before the first write: one refused request refuses the whole batch.
+        yield from self._check_steps(prepared)
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
         return (yield from atomic(self._insert_many_steps(prepared)))
 
@@ -292,11 +335,43 @@ class Outbox:
 
     def admit_steps(self, action_id: int) -> Steps[bool]:
         """:meth:`admit` as steps."""
+        if any(entry.checks_enqueue for entry in self.registry):
+            # Only a build with a kind that checks pays for reading the proposal first.
+            found = yield Query(self.queries["action_by_id"], {"id": action_id})
+            if found:
+                yield from self._admit_check_steps(Action.from_row(found[0]))
         rows = yield Query(self.queries["admit"], {"id": action_id, "channel": self.channel})
         return bool(rows)
 
+    def _admit_check_steps(self, proposal: Action) -> Steps[None]:
+        """The enqueue check of a proposal's kind, again at its admission (who may receive an
+        effect can change while it waits); an action that is no proposal is left to ``admit``."""
+        if proposal.state is not ActionState.PROPOSED or proposal.kind not in self.registry:
+            return
+        entry = self.registry.get(proposal.kind)
+        if not entry.checks_enqueue:
+            return
+        body = entry.variants.decode_or_raise(
+            proposal.payload, proposal.idempotency_key, kind=proposal.kind
+        )
+        assert proposal.payload is not None and body is not None  # a proposal has a payload
+        request = ActionRequest(
+            kind=proposal.kind,
+            lane_key=proposal.lane_key,
+            idempotency_key=proposal.idempotency_key,
+            payload=proposal.payload,
+            workspace_id=proposal.workspace_id,
+            subject_account_id=proposal.subject_account_id,
+            max_attempts=proposal.max_attempts,
+            expires_at=proposal.expires_at,
+            not_before=proposal.due_at,
+        )
+        yield self._check_call(entry, EnqueueCheck(request, proposal.payload, body))
+
     def admit(self, conn: Connection[Any], action_id: int) -> bool:
-        """PROPOSED -> ADMITTED; False when the action is not a proposal (any more)."""
+        """PROPOSED -> ADMITTED; False when the action is not a proposal (any more). The
+        kind's enqueue check runs again first (:meth:`ActionAdapter.check_enqueue`): when it
+        refuses, the proposal stays PROPOSED (cancel it, or admit it later)."""
         return run(conn, self.admit_steps(action_id))
 
     async def aadmit(self, conn: AsyncConnection[Any], action_id: int) -> bool:
