@@ -361,3 +361,20 @@ async def test_an_async_batch_exists_exactly_when_the_callers_transaction_commit
         assert count(db) == 0
         await conn.commit()
     assert count(db) == 1
+
+
+def test_a_key_repeated_in_a_batch_keeps_its_first_request(db: OutboxTestDatabase) -> None:
+    # Keys out of byte order, and the repeat's first request after a later key: the batch
+    # inserts in key order, and still keeps the first request of a repeated key.
+    requests = [
+        ActionRequest("TEST_NOOP", "lane", key, payload={"n": n})
+        for key, n in (("b", 1), ("c", 2), ("a", 3), ("c", 4), ("é", 5), ("z", 6))
+    ]
+    with db.connect() as conn:
+        answers = db.outbox.enqueue_many(conn, requests)
+        conn.commit()
+    assert [a.created for a in answers] == [True, True, True, False, True, True]
+    assert answers[3].id == answers[1].id
+    assert db.rows(
+        "SELECT idempotency_key, payload->>'n' FROM {schema}.agent_action ORDER BY id"
+    ) == [("b", "1"), ("c", "2"), ("a", "3"), ("é", "5"), ("z", "6")]

@@ -30,41 +30,43 @@ SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state
   FROM new_action
 
 -- name: enqueue_many
--- The bulk form: the same three steps for arrays of requests in one statement. The lane rows
--- are upserted once per lane (an upsert may not touch one row twice in a statement).
+-- The bulk form: the same three steps for a batch of requests in one statement. The batch is
+-- one JSON array, a row (an array) per request: its parsing costs the server less than the
+-- client's quoting of a text array per column cost the client. The lane rows are upserted once
+-- per lane (an upsert may not touch one row twice in a statement).
 -- Two batches that share keys must not deadlock: an insert whose key another transaction has
 -- just inserted waits for that transaction, so two batches that insert shared keys in
 -- different orders (one reversed) each wait for the other. Every batch therefore inserts in
--- one canonical order, by key (byte order, COLLATE "C"), and takes its lane rows in lane order
--- after all its inserts: each waits only for keys (then lanes) above every one it holds, so no
--- cycle can form. The ids are drawn first, in the caller's order, so that within a lane the
--- actions still run in the order the caller gave them.
+-- one canonical order, by key in byte order (COLLATE "C"), and takes its lane rows in lane
+-- order after all its inserts: each waits only for keys (then lanes) above every one it holds,
+-- so no cycle can form. The client sends the rows already in that order (Python orders str by
+-- code point, which is UTF-8's byte order), a key repeated in the batch in the caller's order,
+-- so that its first request wins; each row carries its position in the caller's order, and
+-- the ids are drawn in that order, so that within a lane the actions still run in the order
+-- the caller gave them.
 WITH input AS (
-    SELECT *
-      FROM unnest(
-            %(kind)s::text[], %(at_most_once)s::boolean[], %(instance_level)s::boolean[],
-            %(workspace_id)s::text[], %(lane_key)s::text[], %(idempotency_key)s::text[],
-            %(payload)s::jsonb[], %(subject_account_id)s::text[], %(state)s::text[],
-            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[])
-           WITH ORDINALITY AS i(kind, at_most_once, instance_level, workspace_id, lane_key,
-                                idempotency_key, payload, subject_account_id, state,
-                                max_attempts, due_at, expires_at, position)
+    SELECT r->>0 AS kind, (r->>1)::boolean AS at_most_once, (r->>2)::boolean AS instance_level,
+           r->>3 AS workspace_id, r->>4 AS lane_key, r->>5 AS idempotency_key, r->6 AS payload,
+           r->>7 AS subject_account_id, r->>8 AS state, (r->>9)::integer AS max_attempts,
+           (r->>10)::timestamptz AS due_at, (r->>11)::timestamptz AS expires_at,
+           (r->>12)::integer AS position, key_order
+      FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, key_order)
+), ids AS (
+    -- One id per request, drawn in the caller's order (ids[position]). A key that turns out to
+    -- exist wastes its id, as a conflicting insert of the column's default would.
+    SELECT array_agg(nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
+                                     ::regclass)) ORDER BY n) AS ids
+      FROM generate_series(1, %(count)s::integer) AS n
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
         payload, subject_account_id, state, max_attempts, due_at, expires_at)
-    SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
-           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
-      FROM (-- The ids, drawn in the caller's order; OFFSET 0 keeps the sort below from drawing
-            -- them in key order. A key that turns out to exist wastes its id, as a conflicting
-            -- insert of the column's default would.
-            SELECT nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
-                                   ::regclass)) AS id, input.*
-              FROM input
-             ORDER BY position
-            OFFSET 0) numbered
-     -- A key repeated in the batch: its first request wins, as in the caller's order.
-     ORDER BY idempotency_key COLLATE "C", position
+    SELECT ids[position], kind, at_most_once, instance_level, workspace_id, lane_key,
+           idempotency_key, payload, subject_account_id, state, max_attempts,
+           coalesce(due_at, now()), expires_at
+      FROM input, ids
+     -- The order the client sent, by key (an integer sort of rows already in order).
+     ORDER BY key_order
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, idempotency_key, lane_key, due_at, state
 ), lane AS (
