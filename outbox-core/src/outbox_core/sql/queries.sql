@@ -25,6 +25,11 @@ WITH new_action AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state = 'ADMITTED')
   FROM new_action
@@ -80,6 +85,11 @@ WITH input AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT idempotency_key, id,
        (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
@@ -110,6 +120,11 @@ WITH admitted AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
 
