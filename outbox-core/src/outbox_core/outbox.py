@@ -11,7 +11,6 @@ async (:mod:`outbox_core.steps`), beside the validation they share.
 from __future__ import annotations
 
 import json
-import operator
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -60,7 +59,6 @@ class _Batch(list[_Prepared]):
 
 
 _PROPOSED, _ADMITTED = str(ActionState.PROPOSED), str(ActionState.ADMITTED)
-_by_key = operator.itemgetter(5)  # a row of _many_params by its idempotency key
 
 
 class Outbox:
@@ -259,12 +257,17 @@ class Outbox:
         }
 
     def _many_params(self, prepared: Sequence[_Prepared]) -> dict[str, Any]:
-        """The batch as one JSON document, a row per request (the columns in enqueue_many's
-        order, then the request's position), in the order the batch inserts: by key, a repeated
-        key in the caller's order (``sorted`` is stable). One call of the C encoder, where a
-        column array per field cost psycopg a quoted element each (docs/benchmarks.md)."""
+        """The batch as one JSON document, a row per request in the caller's order (the columns
+        in enqueue_many's order, then the request's rank in the order the batch inserts: by
+        key, a repeated key in the caller's order, as ``sorted`` is stable). One call of the C
+        encoder, where a column array per field cost psycopg a quoted element each (see
+        docs/benchmarks.md)."""
+        keys = [item.request.idempotency_key for item in prepared]
+        ranks = [0] * len(keys)
+        for rank, index in enumerate(sorted(range(len(keys)), key=keys.__getitem__), start=1):
+            ranks[index] = rank
         rows = []
-        for position, item in enumerate(prepared, start=1):
+        for item, rank in zip(prepared, ranks, strict=True):
             request, adapter = item.request, item.entry.adapter
             due, expires = request.not_before, request.expires_at
             rows.append(
@@ -281,15 +284,10 @@ class Outbox:
                     item.max_attempts,
                     None if due is None else due.isoformat(),
                     None if expires is None else expires.isoformat(),
-                    position,
+                    rank,
                 )
             )
-        rows.sort(key=_by_key)
-        return {
-            "rows": json.dumps(rows, separators=(",", ":")),
-            "count": len(rows),
-            "channel": self.channel,
-        }
+        return {"rows": json.dumps(rows, separators=(",", ":")), "channel": self.channel}
 
     @staticmethod
     def _needs_clock(requests: Iterable[ActionRequest]) -> bool:

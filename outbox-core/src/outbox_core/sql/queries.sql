@@ -44,33 +44,34 @@ SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state
 -- different orders (one reversed) each wait for the other. Every batch therefore inserts in
 -- one canonical order, by key in byte order (COLLATE "C"), and takes its lane rows in lane
 -- order after all its inserts: each waits only for keys (then lanes) above every one it holds,
--- so no cycle can form. The client sends the rows already in that order (Python orders str by
--- code point, which is UTF-8's byte order), a key repeated in the batch in the caller's order,
--- so that its first request wins; each row carries its position in the caller's order, and
--- the ids are drawn in that order, so that within a lane the actions still run in the order
--- the caller gave them.
+-- so no cycle can form. The client gives each row its rank in that order (Python orders str by
+-- code point, which is UTF-8's byte order; a key repeated in the batch ranks in the caller's
+-- order, so that its first request wins): an integer sort here, not a text one. The ids are
+-- drawn in the caller's order, the order of the array, so that within a lane the actions
+-- still run in the order the caller gave them.
 WITH input AS (
     SELECT r->>0 AS kind, (r->>1)::boolean AS at_most_once, (r->>2)::boolean AS instance_level,
            r->>3 AS workspace_id, r->>4 AS lane_key, r->>5 AS idempotency_key, r->6 AS payload,
            r->>7 AS subject_account_id, r->>8 AS state, (r->>9)::integer AS max_attempts,
            (r->>10)::timestamptz AS due_at, (r->>11)::timestamptz AS expires_at,
-           (r->>12)::integer AS position, key_order
-      FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, key_order)
-), ids AS (
-    -- One id per request, drawn in the caller's order (ids[position]). A key that turns out to
-    -- exist wastes its id, as a conflicting insert of the column's default would.
-    SELECT array_agg(nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
-                                     ::regclass)) ORDER BY n) AS ids
-      FROM generate_series(1, %(count)s::integer) AS n
+           (r->>12)::integer AS key_order, position
+      FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
         payload, subject_account_id, state, max_attempts, due_at, expires_at)
-    SELECT ids[position], kind, at_most_once, instance_level, workspace_id, lane_key,
-           idempotency_key, payload, subject_account_id, state, max_attempts,
-           coalesce(due_at, now()), expires_at
-      FROM input, ids
-     -- The order the client sent, by key (an integer sort of rows already in order).
+    SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
+           payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at
+      FROM (-- The ids, drawn in the caller's order (no sort: the array's order; OFFSET 0 keeps
+            -- the key sort below from drawing them in key order). A key that turns out to
+            -- exist wastes its id, as a conflicting insert of the column's default would. (An
+            -- array of ids indexed by position cost a copy of the whole array per row.)
+            SELECT nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
+                                   ::regclass)) AS id, input.*
+              FROM input
+             ORDER BY position
+            OFFSET 0) numbered
+     -- By key, as ranked by the client.
      ORDER BY key_order
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, idempotency_key, lane_key, due_at, state
