@@ -10,7 +10,6 @@ async (:mod:`outbox_core.steps`), beside the validation they share.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -259,7 +258,7 @@ class Outbox:
     def _many_params(self, prepared: Sequence[_Prepared]) -> dict[str, Any]:
         """The batch as one JSON document, a row per request in the caller's order (the columns
         in enqueue_many's order, then the request's rank in the order the batch inserts: by
-        key, a repeated key in the caller's order, as ``sorted`` is stable). One call of the C
+        key, a repeated key in the caller's order, as ``sorted`` is stable). One call of the JSON
         encoder, where a column array per field cost psycopg a quoted element each (see
         docs/benchmarks.md)."""
         keys = [item.request.idempotency_key for item in prepared]
@@ -287,7 +286,9 @@ class Outbox:
                     rank,
                 )
             )
-        return {"rows": json.dumps(rows, separators=(",", ":")), "channel": self.channel}
+        # Jsonb: one call of the JSON dumps psycopg is configured with (the application's, if it
+        # set one with set_json_dumps, as the single enqueue's payload uses), for the whole batch.
+        return {"rows": Jsonb(rows), "channel": self.channel}
 
     @staticmethod
     def _needs_clock(requests: Iterable[ActionRequest]) -> bool:
