@@ -1,84 +1,204 @@
-"""Enqueue throughput: single (one transaction each) and bulk, beside raw psycopg inserts of the
-same rows into the same table, in the same run.
+"""Enqueue throughput beside raw SQL of the same rows into the same table, in the same run,
+the systems interleaved:
 
-    python bench/enqueue.py [--single 5000] [--bulk 10000] [--repeat 3]
+- single: one transaction per action, one producer (``enqueue`` + commit against a raw
+  ``INSERT`` + commit of the same row: one round trip each);
+- bulk: ``enqueue_many`` of ``--bulk`` actions over ``--lanes`` lanes against a raw statement
+  with the same effects (the insert, the lane upsert, one wake-up, the ids returned), written
+  twice: with a text array per column (``unnest``, the usual form) and with the batch as one
+  JSON document (the form ``enqueue_many`` uses);
+- producers: N connections at once (``--producers``), each its own transaction per action,
+  ``aenqueue`` against the raw ``INSERT`` and against the raw ``INSERT`` with a ``NOTIFY`` in
+  its transaction (what every enqueue does): PostgreSQL serialises the commits of transactions
+  that notified, so this shows what the wake-up costs group commit.
+
+    python bench/enqueue.py [--single 5000] [--bulk 10000] [--lanes 1000] [--rounds 3]
+                            [--producers 1,4,16,64] [--producer-actions 4000] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 from harness import Timer, bench_database, emit, log, median
 from psycopg.types.json import Jsonb
 
-from outbox_core import ActionRequest
+from outbox_core import ActionRequest, Outbox
 
+COLUMNS = "kind, at_most_once, instance_level, lane_key, idempotency_key, payload, max_attempts"
 RAW_INSERT = (
-    "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, "
-    "idempotency_key, payload, max_attempts) VALUES (%s, false, true, %s, %s, %s, 5)"
+    f"INSERT INTO outbox.agent_action ({COLUMNS}) VALUES ('BENCH_NOOP', false, true, %s, %s, %s, 5)"
 )
-RAW_BULK = (
-    "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, "
-    "idempotency_key, payload, max_attempts) "
-    "SELECT 'BENCH_NOOP', false, true, l, k, p, 5 FROM unnest(%s::text[], %s::text[], %s::jsonb[]) AS t(l, k, p)"
+RAW_INSERT_NOTIFY = (
+    f"WITH a AS (INSERT INTO outbox.agent_action ({COLUMNS}) "
+    "VALUES ('BENCH_NOOP', false, true, %s, %s, %s, 5) RETURNING 1) "
+    "SELECT pg_notify('outbox_outbox', '') FROM a"
+)
+# The raw bulk forms: the insert (a key that exists is skipped), each lane's row made or
+# lowered once, one wake-up, the new ids returned: enqueue_many's effects, without its checks.
+_RAW_BULK_TAIL = """
+      ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, lane_key, due_at
+), lane AS (
+    INSERT INTO outbox.action_lane AS l (lane_key, next_at, head_id, head_kind)
+    SELECT lane_key, min(due_at), min(id), 'BENCH_NOOP' FROM new_action GROUP BY lane_key
+    ON CONFLICT (lane_key) DO UPDATE
+       SET next_at = LEAST(l.next_at, excluded.next_at), head_id = LEAST(l.head_id, excluded.head_id)
+)
+SELECT id, (SELECT pg_notify('outbox_outbox', '')) FROM new_action
+"""
+RAW_BULK_ARRAYS = (
+    f"WITH new_action AS (INSERT INTO outbox.agent_action ({COLUMNS}) "
+    "SELECT 'BENCH_NOOP', false, true, l, k, p, 5 "
+    "FROM unnest(%s::text[], %s::text[], %s::jsonb[]) AS t(l, k, p)" + _RAW_BULK_TAIL
+)
+RAW_BULK_JSON = (
+    f"WITH new_action AS (INSERT INTO outbox.agent_action ({COLUMNS}) "
+    "SELECT 'BENCH_NOOP', false, true, r->>0, r->>1, r->2, 5 "
+    "FROM jsonb_array_elements(%s::jsonb) AS e(r)" + _RAW_BULK_TAIL
 )
 
 
-def one_run(single: int, bulk: int) -> dict[str, float]:
+def request(key: str, i: int, lanes: int) -> ActionRequest:
+    return ActionRequest("BENCH_NOOP", f"lane-{i % lanes}", key, payload={"n": i})
+
+
+def single(conn: psycopg.Connection[Any], outbox: Outbox, n: int, lanes: int) -> dict[str, float]:
+    """Alternating blocks of outbox and raw, so that drift of the machine hits both alike."""
+    seconds = {"outbox": 0.0, "raw": 0.0}
+    block = max(1, min(250, n // 4))
+    done = 0
+    while done < n:
+        size = min(block, n - done)
+        with Timer() as timer:
+            for i in range(done, done + size):
+                outbox.enqueue(conn, request(f"single-{i}", i, lanes))
+                conn.commit()
+        seconds["outbox"] += timer.seconds
+        with Timer() as timer:
+            for i in range(done, done + size):
+                conn.execute(RAW_INSERT, (f"lane-{i % lanes}", f"raw-single-{i}", Jsonb({"n": i})))
+                conn.commit()
+        seconds["raw"] += timer.seconds
+        done += size
+    return {"single_per_s": n / seconds["outbox"], "raw_single_per_s": n / seconds["raw"]}
+
+
+def bulk(
+    conn: psycopg.Connection[Any], outbox: Outbox, n: int, lanes: int, rounds: int
+) -> dict[str, float]:
+    """``rounds`` batches of each form, interleaved; the median batch of each. Every batch is
+    timed from its requests (or, for raw SQL, its parameters) to its commit."""
+    times: dict[str, list[float]] = {"bulk": [], "raw_bulk": [], "raw_bulk_json": []}
+    for r in range(rounds):
+        requests = [request(f"bulk-{r}-{i}", i, lanes) for i in range(n)]
+        with Timer() as timer:
+            ids = outbox.enqueue_many(conn, requests)
+            conn.commit()
+        times["bulk"].append(timer.seconds)
+        assert len(ids) == n and all(e.created for e in ids)
+        with Timer() as timer:
+            params = (
+                [f"lane-{i % lanes}" for i in range(n)],
+                [f"raw-bulk-{r}-{i}" for i in range(n)],
+                [Jsonb({"n": i}) for i in range(n)],
+            )
+            rows = conn.execute(RAW_BULK_ARRAYS, params).fetchall()
+            conn.commit()
+        times["raw_bulk"].append(timer.seconds)
+        assert len(rows) == n
+        with Timer() as timer:
+            doc = json.dumps(
+                [[f"lane-{i % lanes}", f"raw-json-{r}-{i}", {"n": i}] for i in range(n)]
+            )
+            rows = conn.execute(RAW_BULK_JSON, (doc,)).fetchall()
+            conn.commit()
+        times["raw_bulk_json"].append(timer.seconds)
+        assert len(rows) == n
+    return {f"{name}_per_s": n / median(seconds) for name, seconds in times.items()}
+
+
+async def producers(url: str, outbox: Outbox, count: int, n: int, lanes: int) -> dict[str, float]:
+    """``count`` connections enqueue ``n`` actions in all, one transaction each: outbox, raw,
+    raw with a NOTIFY, one after the other on the same connections."""
+    conns = [await psycopg.AsyncConnection.connect(url) for _ in range(count)]
+    out: dict[str, float] = {}
+    serial = itertools.count()
+    try:
+
+        async def outbox_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
+            await outbox.aenqueue(conn, request(f"p{count}-{next(serial)}", i, lanes))
+
+        async def raw_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
+            key = f"p{count}-raw-{next(serial)}"
+            await conn.execute(RAW_INSERT, (f"lane-{i % lanes}", key, Jsonb({"n": i})))
+
+        async def notify_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
+            key = f"p{count}-notify-{next(serial)}"
+            await conn.execute(RAW_INSERT_NOTIFY, (f"lane-{i % lanes}", key, Jsonb({"n": i})))
+
+        forms: dict[str, Callable[[psycopg.AsyncConnection[Any], int], Awaitable[None]]] = {
+            f"producers_{count}": outbox_one,
+            f"raw_producers_{count}": raw_one,
+            f"raw_notify_producers_{count}": notify_one,
+        }
+        per = n // count
+        for name, one in forms.items():
+
+            async def loop(conn: psycopg.AsyncConnection[Any], start: int, one: Any = one) -> None:
+                for i in range(start, start + per):
+                    await one(conn, i)
+                    await conn.commit()
+
+            with Timer() as timer:
+                await asyncio.gather(*(loop(conn, k * per) for k, conn in enumerate(conns)))
+            out[f"{name}_per_s"] = per * count / timer.seconds
+    finally:
+        for conn in conns:
+            await conn.close()
+    return out
+
+
+def one_run(args: argparse.Namespace) -> dict[str, float]:
     out: dict[str, float] = {}
     with bench_database() as db:
         outbox = db.outbox
         with psycopg.connect(db.url) as conn:
-            with Timer() as timer:
-                for i in range(single):
-                    outbox.enqueue(
-                        conn,
-                        ActionRequest(
-                            "BENCH_NOOP", f"lane-{i % 1000}", f"single-{i}", payload={"n": i}
-                        ),
-                    )
-                    conn.commit()
-            out["single_per_s"] = single / timer.seconds
-            with Timer() as timer:
-                for i in range(single):
-                    conn.execute(
-                        RAW_INSERT,
-                        ("BENCH_NOOP", f"lane-{i % 1000}", f"raw-single-{i}", Jsonb({"n": i})),
-                    )
-                    conn.commit()
-            out["raw_single_per_s"] = single / timer.seconds
-            requests = [
-                ActionRequest("BENCH_NOOP", f"lane-{i % 1000}", f"bulk-{i}", payload={"n": i})
-                for i in range(bulk)
-            ]
-            with Timer() as timer:
-                outbox.enqueue_many(conn, requests)
-                conn.commit()
-            out["bulk_per_s"] = bulk / timer.seconds
-            with Timer() as timer:
-                conn.execute(
-                    RAW_BULK,
-                    (
-                        [f"lane-{i % 1000}" for i in range(bulk)],
-                        [f"raw-bulk-{i}" for i in range(bulk)],
-                        [Jsonb({"n": i}) for i in range(bulk)],
-                    ),
-                )
-                conn.commit()
-            out["raw_bulk_per_s"] = bulk / timer.seconds
+            if args.single:
+                out |= single(conn, outbox, args.single, args.lanes)
+            if args.bulk:
+                out |= bulk(conn, outbox, args.bulk, args.lanes, args.rounds)
+        for count in args.producers:
+            out |= asyncio.run(producers(db.url, outbox, count, args.producer_actions, args.lanes))
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--single", type=int, default=5000)
     parser.add_argument("--bulk", type=int, default=10_000)
+    parser.add_argument("--lanes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="bulk batches of each form a run")
+    parser.add_argument(
+        "--producers",
+        type=lambda text: [int(n) for n in text.split(",") if n],
+        default=[],
+        help="comma-separated connection counts (e.g. 1,4,16,64); none by default",
+    )
+    parser.add_argument("--producer-actions", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     runs = []
     for index in range(args.repeat):
-        run = one_run(args.single, args.bulk)
+        run = one_run(args)
         log(f"run {index + 1}: " + ", ".join(f"{k}={v:,.0f}" for k, v in run.items()))
         runs.append(run)
     summary = {
@@ -94,6 +214,8 @@ def main() -> None:
             "bench": "enqueue",
             "single": args.single,
             "bulk": args.bulk,
+            "lanes": args.lanes,
+            "producers": args.producers,
             "runs": runs,
             "summary": summary,
         }

@@ -52,20 +52,38 @@ class Sizes:
     pending: int
     latency: int
     hot_lane: int
+    producer_actions: int
     peer_burn: int = 0  # 0: the same as burn
 
     @classmethod
     def full(cls) -> Sizes:
         return cls(
-            single=5_000, bulk=10_000, burn=100_000, pending=1_000_000, latency=200, hot_lane=5_000
+            single=5_000,
+            bulk=10_000,
+            burn=100_000,
+            pending=1_000_000,
+            latency=200,
+            hot_lane=5_000,
+            producer_actions=4_096,
         )
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(single=100, bulk=500, burn=1_000, pending=2_000, latency=10, hot_lane=50)
+        return cls(
+            single=100,
+            bulk=500,
+            burn=1_000,
+            pending=2_000,
+            latency=10,
+            hot_lane=50,
+            producer_actions=128,
+        )
 
 
 PEERS = (("procrastinate", "psycopg"), ("pgqueuer", "asyncpg"), ("pgqueuer", "psycopg"))
+RAW, RAW_JSON, RAW_NOTIFY = "raw SQL", "raw SQL (JSON batch)", "raw SQL + NOTIFY"
+OURS = frozenset({"outbox", RAW, RAW_JSON, RAW_NOTIFY})  # measured by outbox's own scripts
+PRODUCERS = (1, 4, 16, 64)
 NO_LANES = "no lanes, no fences: each job runs alone"
 
 
@@ -82,6 +100,20 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
         "--bulk",
         str(sizes.bulk),
     ]
+    producers = [
+        py,
+        str(HERE / "enqueue.py"),
+        "--repeat",
+        "1",
+        "--single",
+        "0",
+        "--bulk",
+        "0",
+        "--producers",
+        ",".join(str(n) for n in PRODUCERS),
+        "--producer-actions",
+        str(sizes.producer_actions),
+    ]
     lanes = str(max(1, sizes.burn // 10))
     burn_cmd = [*throughput, "burn", "--actions", str(sizes.burn), "--lanes", lanes]
     out = [
@@ -92,7 +124,56 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
             "single_per_s",
             "one transaction each; enqueue validates the payload",
         ),
-        Case("enqueue_bulk", "outbox", enqueue, "bulk_per_s", "enqueue_many: one statement"),
+        Case(
+            "enqueue_single",
+            RAW,
+            enqueue,
+            "raw_single_per_s",
+            "INSERT of the same row + commit: one round trip, no lane row, no wake-up",
+        ),
+        Case(
+            "enqueue_bulk",
+            "outbox",
+            enqueue,
+            "bulk_per_s",
+            "enqueue_many: one statement; 1,000 lanes",
+        ),
+        Case(
+            "enqueue_bulk",
+            RAW,
+            enqueue,
+            "raw_bulk_per_s",
+            "the same effects (insert, lane upsert, one wake-up, ids returned), "
+            "text arrays (unnest)",
+        ),
+        Case(
+            "enqueue_bulk",
+            RAW_JSON,
+            enqueue,
+            "raw_bulk_json_per_s",
+            "the same statement as raw SQL, the batch as one JSON document (as enqueue_many)",
+        ),
+        *(
+            case
+            for count in PRODUCERS
+            for case in (
+                Case(
+                    f"producers_{count}",
+                    "outbox",
+                    producers,
+                    f"producers_{count}_per_s",
+                    f"{count} connections, one transaction per action",
+                ),
+                Case(f"producers_{count}", RAW, producers, f"raw_producers_{count}_per_s"),
+                Case(
+                    f"producers_{count}",
+                    RAW_NOTIFY,
+                    producers,
+                    f"raw_notify_producers_{count}_per_s",
+                    "the raw INSERT with a NOTIFY in its transaction",
+                ),
+            )
+        ),
         Case(
             "burn",
             "outbox",
@@ -449,10 +530,10 @@ def main() -> None:
     sizes.peer_burn = args.peer_burn
     repeat = args.repeat or (1 if args.quick else 3)
     selected = [
-        c for c in cases(sizes, args.peers_python) if not (args.no_peers and c.system != "outbox")
+        c for c in cases(sizes, args.peers_python) if not (args.no_peers and c.system not in OURS)
     ]
     skipped = set(filter(None, args.peers_skip.split(",")))
-    selected = [c for c in selected if c.system == "outbox" or c.workload not in skipped]
+    selected = [c for c in selected if c.system in OURS or c.workload not in skipped]
     if args.only:
         wanted = set(args.only.split(","))
         selected = [

@@ -45,8 +45,18 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
         "enqueue_single",
         "enqueue_bulk",
         "latency",
+        "producers_1",
+        "producers_64",
     ):
         assert figures[f"{workload} / outbox"] > 0, workload
+    for workload, system in (
+        ("enqueue_single", run_all.RAW),
+        ("enqueue_bulk", run_all.RAW),
+        ("enqueue_bulk", run_all.RAW_JSON),
+        ("producers_16", run_all.RAW),
+        ("producers_16", run_all.RAW_NOTIFY),
+    ):
+        assert figures[f"{workload} / {system}"] > 0, (workload, system)
     page = (tmp_path / "benchmarks.md").read_text()
     assert run_all.START in page and "| burn |" in page
     assert (tmp_path / "benchmarks.png").stat().st_size > 10_000

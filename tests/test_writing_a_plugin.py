@@ -80,5 +80,5 @@ def test_the_example_plugin_builds_installs_runs_one_action_and_conforms(tmp_pat
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    # The three tests of the page and the nine of the conformance suite, none failed or skipped.
-    assert "12 passed" in completed.stdout, completed.stdout
+    # The four tests of the page and the nine of the conformance suite, none failed or skipped.
+    assert "13 passed" in completed.stdout, completed.stdout

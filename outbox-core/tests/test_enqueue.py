@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from psycopg.types.json import set_json_dumps
 from pydantic import BaseModel, SecretStr
 
 from outbox_core import (
@@ -361,3 +364,39 @@ async def test_an_async_batch_exists_exactly_when_the_callers_transaction_commit
         assert count(db) == 0
         await conn.commit()
     assert count(db) == 1
+
+
+def test_a_key_repeated_in_a_batch_keeps_its_first_request(db: OutboxTestDatabase) -> None:
+    # Keys out of byte order, and the repeat's first request after a later key: the batch
+    # inserts in key order, and still keeps the first request of a repeated key.
+    requests = [
+        ActionRequest("TEST_NOOP", "lane", key, payload={"n": n})
+        for key, n in (("b", 1), ("c", 2), ("a", 3), ("c", 4), ("é", 5), ("z", 6))
+    ]
+    with db.connect() as conn:
+        answers = db.outbox.enqueue_many(conn, requests)
+        conn.commit()
+    assert [a.created for a in answers] == [True, True, True, False, True, True]
+    assert answers[3].id == answers[1].id
+    assert db.rows(
+        "SELECT idempotency_key, payload->>'n' FROM {schema}.agent_action ORDER BY id"
+    ) == [("b", "1"), ("c", "2"), ("a", "3"), ("é", "5"), ("z", "6")]
+
+
+def test_both_enqueues_dump_payloads_with_the_json_dumps_psycopg_is_configured_with(
+    db: OutboxTestDatabase,
+) -> None:
+    def dumps(value: object) -> str:
+        return json.dumps(value, default=str)  # the application's: Decimal as a string
+
+    with db.connect() as conn:
+        set_json_dumps(dumps, context=conn)
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "one", {"n": Decimal("1")}))
+        db.outbox.enqueue_many(
+            conn, [ActionRequest("TEST_NOOP", "lane", "many", {"n": Decimal("2")})]
+        )
+        conn.commit()
+    assert db.rows("SELECT payload->>'n' FROM {schema}.agent_action ORDER BY id") == [
+        ("1",),
+        ("2",),
+    ]

@@ -3,15 +3,18 @@ clear error, and nothing is written."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+from typing import Any
 
-from outbox_core import ActionState, Enqueued, InvalidRequest, StopReason
+import pytest
+from psycopg import Connection
+
+from outbox_core import ActionRequest, ActionState, Enqueued, InvalidRequest, StopReason
 from outbox_core.steps import Query, Steps, arun, run
 from outbox_core.testing import OutboxTestDatabase
 from outbox_email import (
     NoRecipient,
     UnknownNotice,
-    aemail_request,
     aenqueue_email,
     email_request,
     enqueue_email,
@@ -264,19 +267,85 @@ async def test_the_email_steps_compose_into_one_operation_for_sync_and_async_cod
     assert notices.PREPARED.count(("welcome", "enqueue")) == 4
 
 
-async def test_the_async_email_request_prepares_with_aprepare(
-    email_db: OutboxTestDatabase,
+def _opted_out_request(db: OutboxTestDatabase, key: str) -> ActionRequest:
+    return ActionRequest(
+        "EMAIL",
+        f"account:{key}",
+        key,
+        {"notice": "welcome", "event": {"account_id": "ada"}},
+        subject_account_id="ada",
+    )
+
+
+def _core_enqueue(db: OutboxTestDatabase, conn: Connection[Any], key: str) -> object:
+    return db.outbox.enqueue(conn, _opted_out_request(db, key))
+
+
+def _core_enqueue_many(db: OutboxTestDatabase, conn: Connection[Any], key: str) -> object:
+    # One refused email refuses the batch: bob's, which his notice would send, is not written.
+    bob = email_request("welcome", {"account_id": "bob"}, idempotency_key="bob", outbox=db.outbox)
+    return db.outbox.enqueue_many(conn, [bob, _opted_out_request(db, key)])
+
+
+def _enqueue_email(db: OutboxTestDatabase, conn: Connection[Any], key: str) -> object:
+    return enqueue_email(
+        conn, "welcome", {"account_id": "ada"}, idempotency_key=key, outbox=db.outbox
+    )
+
+
+@pytest.mark.parametrize("path", [_core_enqueue, _core_enqueue_many, _enqueue_email])
+def test_every_enqueue_path_refuses_an_email_to_an_account_that_opted_out(
+    path: Any, email_db: OutboxTestDatabase, directory: dict[str, notices.Person]
 ) -> None:
+    directory["ada"].subscribed = False
+    with email_db.connect() as conn:
+        with pytest.raises(NoRecipient, match="UNSUBSCRIBED.*nothing was enqueued"):
+            path(email_db, conn, "k")
+        conn.commit()
+    assert _count(email_db) == 0
+    assert ("welcome", "enqueue") in notices.PREPARED
+
+
+async def test_every_async_enqueue_path_refuses_an_email_to_an_account_that_opted_out(
+    email_db: OutboxTestDatabase, directory: dict[str, notices.Person]
+) -> None:
+    directory["ada"].subscribed = False
     conn = await email_db.aconnect()
     async with conn:
-        request = await aemail_request(
-            "admin_alert",
-            {"account_ids": ["ada"], "severity": "low"},
-            idempotency_key="alert:3",
-            connection=conn,
-            outbox=email_db.outbox,
-        )
-        await email_db.outbox.aenqueue(conn, request)
+        with pytest.raises(NoRecipient, match="UNSUBSCRIBED"):
+            await email_db.outbox.aenqueue(conn, _opted_out_request(email_db, "k1"))
+        with pytest.raises(NoRecipient, match="UNSUBSCRIBED"):
+            await email_db.outbox.aenqueue_many(conn, [_opted_out_request(email_db, "k2")])
+        with pytest.raises(NoRecipient, match="UNSUBSCRIBED"):
+            await aenqueue_email(
+                conn, "welcome", {"account_id": "ada"}, idempotency_key="k3", outbox=email_db.outbox
+            )
         await conn.commit()
-    assert request.lane_key == "email:alert:3"
+    assert _count(email_db) == 0
+
+
+def test_an_email_request_is_prepared_once_when_it_is_enqueued(
+    email_db: OutboxTestDatabase,
+) -> None:
+    request = email_request(
+        "welcome", {"account_id": "ada"}, idempotency_key="k", outbox=email_db.outbox
+    )
+    assert notices.PREPARED == []  # building the request decides nothing yet
+    with email_db.connect() as conn:
+        email_db.outbox.enqueue_many(conn, [request])
+        conn.commit()
+    assert notices.PREPARED == [("welcome", "enqueue")]
     assert _count(email_db) == 1
+
+
+def test_an_admitted_email_proposal_is_prepared_again(
+    email_db: OutboxTestDatabase, directory: dict[str, notices.Person]
+) -> None:
+    proposal = _opted_out_request(email_db, "p")
+    with email_db.connect() as conn:
+        action_id = email_db.outbox.enqueue(conn, replace(proposal, proposed=True)).id
+        conn.commit()
+        directory["ada"].subscribed = False
+        with pytest.raises(NoRecipient, match="UNSUBSCRIBED"):
+            email_db.outbox.admit(conn, action_id)
+    assert email_db.scalar("SELECT state FROM {schema}.agent_action") == "PROPOSED"

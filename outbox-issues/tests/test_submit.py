@@ -4,11 +4,12 @@ lane and order, and what they refuse before writing anything."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import psycopg
 import pytest
 
-from outbox_core import ActionState, InvalidRequest, StopReason
+from outbox_core import ActionState, EnqueueCheck, InvalidRequest, StopReason
 from outbox_core.testing import OutboxTestDatabase
 from outbox_issues import (
     FilingState,
@@ -298,3 +299,43 @@ async def test_the_drafting_states_move_as_outbox_draft_will_move_them(
     async with conn:
         assert not await domain.draft_claimed(conn, "outbox", "r1")
         assert not await domain.draft_ended(conn, "outbox", "r1")
+
+
+class _QuotaSpent(InvalidRequest):
+    pass
+
+
+class _CheckedDraft(draft_plugin.DraftAdapter):
+    """A draft kind whose own enqueue check refuses every request (a spent quota)."""
+
+    @classmethod
+    def check_enqueue(cls, conn: Any, check: EnqueueCheck) -> None:
+        raise _QuotaSpent("draft", f"no drafts left for {check.request.workspace_id}")
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: Any, check: EnqueueCheck) -> None:
+        cls.check_enqueue(conn, check)
+
+
+async def test_a_kinds_enqueue_check_refuses_a_submit_before_anything_is_written(
+    issues_db: OutboxTestDatabase,
+) -> None:
+    issues_db.registry.unregister("DRAFT_REPORT")
+    issues_db.register_kind(_CheckedDraft)
+    draft_plugin.ENABLED = True
+    values: dict[str, Any] = {
+        "report_id": "r1",
+        "workspace_id": "ws-1",
+        "reporter_account_id": REPORTER,
+        "title": "t",
+        "text": TEXT,
+        "outbox": issues_db.outbox,
+    }
+    # The connection commits when its block ends: a half-written submit would be kept.
+    with issues_db.connect() as conn, pytest.raises(_QuotaSpent, match="no drafts left"):
+        submit_report(conn, **values)
+    aconn = await issues_db.aconnect()
+    async with aconn:
+        with pytest.raises(_QuotaSpent):
+            await asubmit_report(aconn, **values)
+    assert rows(issues_db) == (0, 0, 0)

@@ -6,7 +6,7 @@ is internal and may change in any release.
 """
 
 from .action import Action
-from .adapter import ActionAdapter, ConfiguredAdapter, PerLoop
+from .adapter import ActionAdapter, ConfiguredAdapter, EnqueueCheck, PerLoop
 from .attempt import ActionAttempt, LeaseLost, WriteFence
 from .erasure import ErasureReport, erase_subject, erasing_outbox
 from .errors import (
@@ -69,6 +69,7 @@ __all__ = [
     "Defer",
     "Done",
     "EgressViolation",
+    "EnqueueCheck",
     "Enqueued",
     "ErasureReport",
     "Executor",

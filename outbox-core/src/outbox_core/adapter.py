@@ -15,16 +15,19 @@ import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
 from .errors import AdapterContractError, ConfigurationError, EgressViolation, RegistrationError
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
+    from psycopg import AsyncConnection, Connection
+    from pydantic import BaseModel
 
     from .action import Action
     from .attempt import ActionAttempt
+    from .requests import ActionRequest
     from .results import AdapterResult, Defer, Retry
     from .settings import OutboxSettings, SectionSettings
     from .variants import ActionVariants
@@ -38,6 +41,17 @@ KIND_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,62}$")
 _egress_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "outbox_egress_allowed", default=False
 )
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueCheck:
+    """What a kind's enqueue check (:meth:`ActionAdapter.check_enqueue`) is handed: the request,
+    its payload as it will be stored (JSON) and that payload decoded as the executor will decode
+    it (the variant's model)."""
+
+    request: ActionRequest
+    payload: dict[str, Any]
+    body: BaseModel
 
 
 class ActionAdapter(abc.ABC):
@@ -100,6 +114,26 @@ class ActionAdapter(abc.ABC):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         """Carry out one attempt. Call ``await attempt.fence().begin_write()`` just before the
         provider write and return ``Abandoned()`` when it refuses."""
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """The kind's own check of a request, in the caller's transaction, before anything is
+        written: raise (an :class:`~outbox_core.InvalidRequest`, naming the field) to refuse it.
+        Every enqueue path calls it for its kind: ``enqueue``, ``enqueue_many`` (a refused
+        request refuses the whole batch), ``admit`` (for the stored proposal) and the plugins'
+        entry points built on them. It only decides: it reads (through ``conn``, which sees the
+        caller's uncommitted rows) and never writes or calls a provider.
+
+        Sync callers run this one, async callers :meth:`acheck_enqueue`: override both (an
+        adapter that overrides only this one is refused at registration), or only
+        :meth:`acheck_enqueue` when the check has no sync form (then the sync paths raise
+        :class:`~outbox_core.steps.NeedsAsync` with nothing written). A kind that overrides
+        neither is not called and costs nothing."""
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        """The async twin of :meth:`check_enqueue`, run by ``aenqueue``, ``aenqueue_many`` and
+        ``aadmit``."""
 
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
         """Called in the transaction that ended an action of this kind, however it ended
@@ -269,7 +303,7 @@ def _guard(
     return guarded
 
 
-_ASYNC_METHODS = ("execute", "ended", "rescheduled", "aclose")
+_ASYNC_METHODS = ("execute", "ended", "rescheduled", "aclose", "acheck_enqueue")
 _CLASS_VALUES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("at_most_once", bool, "True or False"),
     ("instance_level", bool, "True or False"),
@@ -295,6 +329,17 @@ def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
             problems.append(
                 f"{name}.{attribute} is {type(value).__qualname__}; it must be {wanted}"
             )
+    check = adapter.check_enqueue
+    if inspect.iscoroutinefunction(inspect.unwrap(getattr(check, "__func__", check))):
+        problems.append(
+            f"{name}.check_enqueue must be a plain method (the sync form); write the async "
+            "form as acheck_enqueue"
+        )
+    elif has_own(adapter, "check_enqueue") and not has_own(adapter, "acheck_enqueue"):
+        problems.append(
+            f"{name} overrides check_enqueue but not acheck_enqueue: write the async form too "
+            "(aenqueue runs it), or only acheck_enqueue when the check has no sync form"
+        )
     attempts = adapter.default_max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         problems.append(f"{name}.default_max_attempts must be a whole number of at least 1")
@@ -308,9 +353,11 @@ def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
 
 
 def has_own(adapter: type[ActionAdapter], hook: str) -> bool:
-    """Whether the adapter class has its own ``ended`` or ``rescheduled`` (the base ones do
-    nothing, and the executor skips the transaction they would need)."""
-    return getattr(adapter, hook) is not getattr(ActionAdapter, hook)
+    """Whether the adapter class has its own ``ended``, ``rescheduled``, ``check_enqueue`` or
+    ``acheck_enqueue`` (the base ones do nothing, and the core skips what they would cost)."""
+    mine, base = getattr(adapter, hook), getattr(ActionAdapter, hook)
+    # A classmethod is bound anew at each lookup: compare the functions.
+    return getattr(mine, "__func__", mine) is not getattr(base, "__func__", base)
 
 
 def check_built(adapter: type[ActionAdapter], built: object) -> ActionAdapter:

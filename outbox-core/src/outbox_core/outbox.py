@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 
 from . import tracing
 from .action import Action
-from .adapter import has_own
+from .adapter import ActionAdapter, EnqueueCheck, has_own
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
 from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
@@ -35,11 +35,34 @@ from .states import ActionState
 from .steps import AsyncOnly, Call, Query, Steps, arun, atomic, run
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
+class _Prepared(NamedTuple):
+    """A request checked against its kind (a tuple: a batch makes one per request)."""
+
     request: ActionRequest
     entry: RegisteredKind
-    params: dict[str, Any]
+    payload: dict[str, Any]
+    """As stored (JSON)."""
+    body: BaseModel
+    """The payload decoded as the variant's model."""
+    max_attempts: int
+
+    @property
+    def state(self) -> str:
+        return _PROPOSED if self.request.proposed else _ADMITTED
+
+
+class _Batch(list[_Prepared]):
+    """Prepared requests, and whether a kind among them has an enqueue check (a batch of kinds
+    without one pays nothing for the checks)."""
+
+    checked: bool = False
+
+
+_PROPOSED, _ADMITTED = str(ActionState.PROPOSED), str(ActionState.ADMITTED)
+
+
+def _jsonb_or_none(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
 
 
 class Outbox:
@@ -89,8 +112,56 @@ class Outbox:
 
     def prepare(self, request: ActionRequest, *, now: datetime | None = None) -> _Prepared:
         """Validate a request against its kind; InvalidRequest/UnknownKind name the culprit."""
-        entry = self.registry.get(request.kind)
-        adapter = entry.adapter
+        return self._prepare_many([request], now)[0]
+
+    def _prepare_many(self, requests: Sequence[ActionRequest], now: datetime | None) -> _Batch:
+        """Validate requests against their kinds: each request's fields, then each kind's
+        payloads against its variants in one validator call (see ``ActionVariants.decode_many``)."""
+        entries: dict[str, RegisteredKind] = {}
+        by_kind: dict[str, list[int]] = {}
+        attempts: list[int] = []
+        payloads: list[dict[str, Any]] = []
+        for index, request in enumerate(requests):
+            entry = entries.get(request.kind)
+            if entry is None:
+                entry = entries[request.kind] = self.registry.get(request.kind)
+                by_kind[request.kind] = []
+            attempts.append(self._checked_fields(request, entry.adapter, now))
+            payload = entry.variants.encode(request.payload)
+            misfit = json_problem(payload)
+            if misfit is not None:
+                raise InvalidRequest(*misfit)
+            payloads.append(payload)
+            by_kind[request.kind].append(index)
+        if len(by_kind) == 1:
+            (kind,) = by_kind
+            bodies = entries[kind].variants.decode_many(
+                payloads, [request.idempotency_key for request in requests], kind=kind
+            )
+        else:
+            found: dict[int, BaseModel] = {}
+            for kind, indexes in by_kind.items():
+                decoded = entries[kind].variants.decode_many(
+                    [payloads[i] for i in indexes],
+                    [requests[i].idempotency_key for i in indexes],
+                    kind=kind,
+                )
+                found.update(zip(indexes, decoded, strict=True))
+            bodies = [found[index] for index in range(len(requests))]
+        batch = _Batch(
+            _Prepared(request, entries[request.kind], payload, body, max_attempts)
+            for request, payload, body, max_attempts in zip(
+                requests, payloads, bodies, attempts, strict=True
+            )
+        )
+        batch.checked = any(entry.checks_enqueue for entry in entries.values())
+        return batch
+
+    def _checked_fields(
+        self, request: ActionRequest, adapter: type[ActionAdapter], now: datetime | None
+    ) -> int:
+        """The request's own fields checked (InvalidRequest names the first wrong one); its
+        ``max_attempts`` or the kind's default."""
         for name in ("lane_key", "idempotency_key", "workspace_id", "subject_account_id"):
             value = getattr(request, name)
             optional = name in ("workspace_id", "subject_account_id")
@@ -122,67 +193,127 @@ class Outbox:
                 "workspace_id",
                 f"{request.kind} is not an instance-level kind; name the workspace of the effect",
             )
-        for name in ("expires_at", "not_before"):
-            value = getattr(request, name)
-            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        expires_at = request.expires_at
+        if expires_at is None and request.not_before is None:
+            return max_attempts
+        for name, when in (("expires_at", expires_at), ("not_before", request.not_before)):
+            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise InvalidRequest(name, "must be a timezone-aware datetime")
-        if request.expires_at is not None and now is not None and request.expires_at <= now:
+        if expires_at is not None and now is not None and expires_at <= now:
             raise InvalidRequest(
                 "expires_at",
-                f"{request.expires_at.isoformat()} has already passed (database time "
+                f"{expires_at.isoformat()} has already passed (database time "
                 f"{now.isoformat()}); an expired action would never run",
             )
-        if request.expires_at is not None and now is not None and adapter.retained:
+        if expires_at is not None and now is not None and adapter.retained:
             # An ended action keeps its key for the retention, and no longer: a notice that
             # may still arrive after that would find no key and enqueue its effect again.
             retention = timedelta(days=self.settings.retention_days)
-            if request.expires_at > now + retention:
+            if expires_at > now + retention:
                 raise InvalidRequest(
                     "expires_at",
-                    f"{request.expires_at.isoformat()} is further out than the retention of "
+                    f"{expires_at.isoformat()} is further out than the retention of "
                     f"ended actions ({self.settings.retention_days:g} days from database time "
                     f"{now.isoformat()}, OUTBOX_RETENTION_DAYS): a late redelivery after the "
                     "key was deleted would enqueue the effect again. Expire sooner, or raise "
                     "the retention for every replica",
                 )
-        payload = entry.variants.encode(request.payload)
-        misfit = json_problem(payload)
-        if misfit is not None:
-            raise InvalidRequest(*misfit)
-        entry.variants.decode(payload, request.idempotency_key, kind=request.kind)
-        params = {
+        return max_attempts
+
+    def _check_steps(self, batch: _Batch) -> Steps[None]:
+        """Each request's kind's own enqueue check (:meth:`ActionAdapter.check_enqueue`), before
+        anything is written; a kind without one is skipped."""
+        if not batch.checked:
+            return
+        for item in batch:
+            entry = item.entry
+            if entry.checks_enqueue:
+                yield self._check_call(entry, EnqueueCheck(item.request, item.payload, item.body))
+
+    @staticmethod
+    def _check_call(entry: RegisteredKind, check: EnqueueCheck) -> Call:
+        adapter = entry.adapter
+        return Call(
+            adapter.check_enqueue if has_own(adapter, "check_enqueue") else None,
+            adapter.acheck_enqueue,
+            (check,),
+            what=f"the enqueue check of {entry.kind} has only an async form "
+            f"({adapter.__qualname__}.acheck_enqueue): enqueue it from async code with "
+            "`await aenqueue(...)`; nothing was written",
+        )
+
+    def check_steps(self, requests: Sequence[ActionRequest]) -> Steps[None]:
+        """:meth:`check` as steps."""
+        now = (yield from self._now_steps()) if self._needs_clock(requests) else None
+        yield from self._check_steps(self._prepare_many(requests, now))
+
+    def check(self, conn: Connection[Any], requests: Sequence[ActionRequest]) -> None:
+        """Every check an enqueue of ``requests`` makes (the request, its payload against the
+        kind's variants, the kind's own enqueue check), writing nothing: for an entry point that
+        writes rows of its own before it enqueues, so that it refuses first."""
+        run(conn, self.check_steps(requests))
+
+    async def acheck(self, conn: AsyncConnection[Any], requests: Sequence[ActionRequest]) -> None:
+        """The async twin of :meth:`check`."""
+        await arun(conn, self.check_steps(requests))
+
+    def _single_params(self, prepared: _Prepared) -> dict[str, Any]:
+        request, adapter = prepared.request, prepared.entry.adapter
+        return {
             "kind": request.kind,
             "at_most_once": adapter.at_most_once,
             "instance_level": adapter.instance_level,
             "workspace_id": request.workspace_id,
             "lane_key": request.lane_key,
             "idempotency_key": request.idempotency_key,
-            "payload": payload,
+            "payload": Jsonb(prepared.payload),
             "subject_account_id": request.subject_account_id,
-            "state": str(ActionState.PROPOSED if request.proposed else ActionState.ADMITTED),
-            "max_attempts": max_attempts,
+            "state": prepared.state,
+            "max_attempts": prepared.max_attempts,
             "due_at": request.not_before,
             "expires_at": request.expires_at,
             # Beside the payload, never in it (None without an active span): tracing.py.
-            "trace_context": tracing.current_context(),
+            "trace_context": _jsonb_or_none(tracing.current_context()),
+            "channel": self.channel,
         }
-        return _Prepared(request, entry, params)
-
-    def _single_params(self, prepared: _Prepared) -> dict[str, Any]:
-        params = dict(prepared.params)
-        params["payload"] = Jsonb(params["payload"])
-        if params["trace_context"] is not None:
-            params["trace_context"] = Jsonb(params["trace_context"])
-        params["channel"] = self.channel
-        return params
 
     def _many_params(self, prepared: Sequence[_Prepared]) -> dict[str, Any]:
-        columns: dict[str, list[Any]] = {name: [] for name in prepared[0].params}
-        for item in prepared:
-            for name, value in item.params.items():
-                json = name == "payload" or (name == "trace_context" and value is not None)
-                columns[name].append(Jsonb(value) if json else value)
-        return {**columns, "channel": self.channel}
+        """The batch as one JSON document, a row per request in the caller's order (the columns
+        in enqueue_many's order, then the request's rank in the order the batch inserts: by
+        key, a repeated key in the caller's order, as ``sorted`` is stable). One call of the JSON
+        encoder, where a column array per field cost psycopg a quoted element each (see
+        docs/benchmarks.md)."""
+        keys = [item.request.idempotency_key for item in prepared]
+        ranks = [0] * len(keys)
+        for rank, index in enumerate(sorted(range(len(keys)), key=keys.__getitem__), start=1):
+            ranks[index] = rank
+        # One span is current for the whole call: its context, beside each payload (tracing.py).
+        trace_context = tracing.current_context()
+        rows = []
+        for item, rank in zip(prepared, ranks, strict=True):
+            request, adapter = item.request, item.entry.adapter
+            due, expires = request.not_before, request.expires_at
+            rows.append(
+                (
+                    request.kind,
+                    adapter.at_most_once,
+                    adapter.instance_level,
+                    request.workspace_id,
+                    request.lane_key,
+                    request.idempotency_key,
+                    item.payload,
+                    request.subject_account_id,
+                    item.state,
+                    item.max_attempts,
+                    None if due is None else due.isoformat(),
+                    None if expires is None else expires.isoformat(),
+                    rank,
+                    trace_context,
+                )
+            )
+        # Jsonb: one call of the JSON dumps psycopg is configured with (the application's, if it
+        # set one with set_json_dumps, as the single enqueue's payload uses), for the whole batch.
+        return {"rows": Jsonb(rows), "channel": self.channel}
 
     @staticmethod
     def _needs_clock(requests: Iterable[ActionRequest]) -> bool:
@@ -214,7 +345,9 @@ class Outbox:
     def enqueue_steps(self, request: ActionRequest) -> Steps[Enqueued]:
         """:meth:`enqueue` as steps (``yield from outbox.enqueue_steps(request)``)."""
         now = (yield from self._now_steps()) if self._needs_clock([request]) else None
-        prepared = self.prepare(request, now=now)
+        batch = self._prepare_many([request], now)
+        yield from self._check_steps(batch)
+        prepared = batch[0]
         rows = yield Query(self.queries["enqueue"], self._single_params(prepared))
         if rows:
             return Enqueued(int(rows[0][0]), True)
@@ -247,8 +380,10 @@ class Outbox:
         if not requests:
             return []
         now = (yield from self._now_steps()) if self._needs_clock(requests) else None
-        prepared = [self.prepare(request, now=now) for request in requests]
+        prepared = self._prepare_many(requests, now)
         self._refuse_inner_conflicts(prepared)
+        # Every check before the first write: one refused request refuses the whole batch.
+        yield from self._check_steps(prepared)
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
         return (yield from atomic(self._insert_many_steps(prepared)))
 
@@ -314,11 +449,43 @@ class Outbox:
 
     def admit_steps(self, action_id: int) -> Steps[bool]:
         """:meth:`admit` as steps."""
+        if any(entry.checks_enqueue for entry in self.registry):
+            # Only a build with a kind that checks pays for reading the proposal first.
+            found = yield Query(self.queries["action_by_id"], {"id": action_id})
+            if found:
+                yield from self._admit_check_steps(Action.from_row(found[0]))
         rows = yield Query(self.queries["admit"], {"id": action_id, "channel": self.channel})
         return bool(rows)
 
+    def _admit_check_steps(self, proposal: Action) -> Steps[None]:
+        """The enqueue check of a proposal's kind, again at its admission (who may receive an
+        effect can change while it waits); an action that is no proposal is left to ``admit``."""
+        if proposal.state is not ActionState.PROPOSED or proposal.kind not in self.registry:
+            return
+        entry = self.registry.get(proposal.kind)
+        if not entry.checks_enqueue:
+            return
+        body = entry.variants.decode_or_raise(
+            proposal.payload, proposal.idempotency_key, kind=proposal.kind
+        )
+        assert proposal.payload is not None and body is not None  # a proposal has a payload
+        request = ActionRequest(
+            kind=proposal.kind,
+            lane_key=proposal.lane_key,
+            idempotency_key=proposal.idempotency_key,
+            payload=proposal.payload,
+            workspace_id=proposal.workspace_id,
+            subject_account_id=proposal.subject_account_id,
+            max_attempts=proposal.max_attempts,
+            expires_at=proposal.expires_at,
+            not_before=proposal.due_at,
+        )
+        yield self._check_call(entry, EnqueueCheck(request, proposal.payload, body))
+
     def admit(self, conn: Connection[Any], action_id: int) -> bool:
-        """PROPOSED -> ADMITTED; False when the action is not a proposal (any more)."""
+        """PROPOSED -> ADMITTED; False when the action is not a proposal (any more). The
+        kind's enqueue check runs again first (:meth:`ActionAdapter.check_enqueue`): when it
+        refuses, the proposal stays PROPOSED (cancel it, or admit it later)."""
         return run(conn, self.admit_steps(action_id))
 
     async def aadmit(self, conn: AsyncConnection[Any], action_id: int) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from .adapter import KIND_NAME, ActionAdapter, adapter_class_problems
+from .adapter import KIND_NAME, ActionAdapter, adapter_class_problems, has_own
 from .errors import RegistrationError, UnknownKind
 from .results import StopReason
 from .variants import ActionVariants
@@ -33,6 +33,12 @@ class RegisteredKind:
     @cached_property
     def key_pattern(self) -> str | None:
         return self.variants.key_pattern()
+
+    @cached_property
+    def checks_enqueue(self) -> bool:
+        """Whether the adapter has an enqueue check of its own (``check_enqueue`` or its
+        async twin): the enqueue paths call none for a kind without one."""
+        return has_own(self.adapter, "acheck_enqueue")
 
     @cached_property
     def stop_reasons(self) -> frozenset[str]:

@@ -8,10 +8,8 @@ transaction that makes the change. :class:`EmailAdapter` sends it once that comm
 from .adapter import EmailAdapter
 from .enqueue import (
     EmailOptions,
-    aemail_request,
     aenqueue_email,
     email_request,
-    email_request_steps,
     enqueue_email,
     enqueue_email_steps,
 )
@@ -40,10 +38,8 @@ __all__ = [
     "UnknownNotice",
     "Unreachable",
     "UnreachableReason",
-    "aemail_request",
     "aenqueue_email",
     "email_request",
-    "email_request_steps",
     "enqueue_email",
     "enqueue_email_steps",
     "message_id",

@@ -47,6 +47,7 @@ from datetime import timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, model_validator
 
 from outbox_core import (
@@ -56,6 +57,7 @@ from outbox_core import (
     AdapterResult,
     ConfiguredAdapter,
     Done,
+    EnqueueCheck,
     Failed,
     OutboxSettings,
     PerLoop,
@@ -64,10 +66,19 @@ from outbox_core import (
     Uncertain,
     action_event,
 )
+from outbox_core.steps import arun, run
 
+from .enqueue_check import email_check_steps
 from .errors import InvalidMail
 from .message import data_transfer, message_id, render
-from .notices import Mail, NoticeContext, NoticeRegistry, Unreachable, UnreachableReason
+from .notices import (
+    EmailNotice,
+    Mail,
+    NoticeContext,
+    NoticeRegistry,
+    Unreachable,
+    UnreachableReason,
+)
 from .settings import EmailSettings
 
 if TYPE_CHECKING:
@@ -343,6 +354,25 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
     def build(cls, settings: OutboxSettings) -> Self:
         _lib()
         return super().build(settings)
+
+    # -- at enqueue ----------------------------------------------------------------------------
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """The notice prepares the message in the caller's transaction (``prepare``): an email
+        that cannot be sent is refused (:class:`~outbox_email.NoRecipient`,
+        :class:`~outbox_core.InvalidRequest`) on every enqueue path, and nothing is written."""
+        run(conn, email_check_steps(cls._notice(check), check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        """The async twin of :meth:`check_enqueue`: the notice's ``aprepare`` runs."""
+        await arun(conn, email_check_steps(cls._notice(check), check))
+
+    @classmethod
+    def _notice(cls, check: EnqueueCheck) -> EmailNotice[Any]:
+        notices = cls.notices if cls.notices is not None else NoticeRegistry()
+        return notices.get(str(check.payload[TAG]))
 
     async def aclose(self) -> None:
         """Close the pooled connections (QUIT). The executor's shutdown should call it."""

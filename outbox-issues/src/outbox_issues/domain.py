@@ -152,12 +152,20 @@ class Enqueue:
 
 
 @dataclass(frozen=True, slots=True)
+class Check:
+    """Every check an enqueue of ``requests`` makes, their kinds' own included, writing
+    nothing: yielded before an entry point's first write, so that a refusal leaves nothing."""
+
+    requests: tuple[ActionRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel:
     action_id: int
     reason: str
 
 
-Step = Sql | Enqueue | Cancel
+Step = Sql | Enqueue | Check | Cancel
 Steps = Generator[Step, Any, Any]
 
 
@@ -180,6 +188,9 @@ def run_sync(conn: Connection[Any], outbox: Outbox, steps: Steps) -> Any:
                     )
                 case Enqueue(request=request):
                     answer = outbox.enqueue(conn, request)
+                case Check(requests=requests):
+                    outbox.check(conn, requests)
+                    answer = None
                 case Cancel():
                     raise TypeError("cancel runs only on an async connection (erasure)")
     except StopIteration as stop:
@@ -205,6 +216,9 @@ async def run_async(conn: AsyncConnection[Any], outbox: Outbox, steps: Steps) ->
                     )
                 case Enqueue(request=request):
                     answer = await outbox.aenqueue(conn, request)
+                case Check(requests=requests):
+                    await outbox.acheck(conn, requests)
+                    answer = None
                 case Cancel(action_id=action_id, reason=reason):
                     answer = await outbox.acancel(conn, action_id, reason)
     except StopIteration as stop:

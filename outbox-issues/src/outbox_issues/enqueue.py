@@ -20,6 +20,7 @@ from outbox_core import ActionRequest, Enqueued, InvalidRequest, Outbox, default
 
 from .adapter import FILE_ISSUE, PUBLISH_REPORT, TRANSFER_ISSUE, TrackerAdapter
 from .domain import (
+    Check,
     Enqueue,
     FilingState,
     Sql,
@@ -144,10 +145,9 @@ def _submit_steps(
         payload={"report": report_id, "generation": 1},
         workspace_id=workspace_id,
     )
-    # Refused before anything is written: an unknown kind, an invalid request.
-    for request in (draft, filing):
-        if request is not None:
-            outbox.prepare(request)
+    # Refused before anything is written: an unknown kind, an invalid request, a kind's own
+    # enqueue check.
+    yield Check(tuple(request for request in (draft, filing) if request is not None))
     params = {
         "report": report_id,
         "workspace": workspace_id,
@@ -257,9 +257,7 @@ def _edit_steps(
     asked = _draft_request(outbox, _draft_context(report_id, following, workspace, draft_text))
     draft = asked if isinstance(asked, ActionRequest) else None
     publish = _publish_request(report_id, following, workspace)
-    for request in (draft, publish):
-        if request is not None:
-            outbox.prepare(request)
+    yield Check(tuple(request for request in (draft, publish) if request is not None))
     changed = yield Sql(
         "new_generation", {"report": report_id, "title": title, "text": text}, "one"
     )

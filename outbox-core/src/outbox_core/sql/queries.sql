@@ -25,31 +25,38 @@ WITH new_action AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state = 'ADMITTED')
   FROM new_action
 
 -- name: enqueue_many
--- The bulk form: the same three steps for arrays of requests in one statement. The lane rows
--- are upserted once per lane (an upsert may not touch one row twice in a statement).
+-- The bulk form: the same three steps for a batch of requests in one statement. The batch is
+-- one JSON array, a row (an array) per request: its parsing costs the server less than the
+-- client's quoting of a text array per column cost the client. The lane rows are upserted once
+-- per lane (an upsert may not touch one row twice in a statement).
 -- Two batches that share keys must not deadlock: an insert whose key another transaction has
 -- just inserted waits for that transaction, so two batches that insert shared keys in
 -- different orders (one reversed) each wait for the other. Every batch therefore inserts in
--- one canonical order, by key (byte order, COLLATE "C"), and takes its lane rows in lane order
--- after all its inserts: each waits only for keys (then lanes) above every one it holds, so no
--- cycle can form. The ids are drawn first, in the caller's order, so that within a lane the
--- actions still run in the order the caller gave them.
+-- one canonical order, by key in byte order (COLLATE "C"), and takes its lane rows in lane
+-- order after all its inserts: each waits only for keys (then lanes) above every one it holds,
+-- so no cycle can form. The client gives each row its rank in that order (Python orders str by
+-- code point, which is UTF-8's byte order; a key repeated in the batch ranks in the caller's
+-- order, so that its first request wins): an integer sort here, not a text one. The ids are
+-- drawn in the caller's order, the order of the array, so that within a lane the actions
+-- still run in the order the caller gave them.
 WITH input AS (
-    SELECT *
-      FROM unnest(
-            %(kind)s::text[], %(at_most_once)s::boolean[], %(instance_level)s::boolean[],
-            %(workspace_id)s::text[], %(lane_key)s::text[], %(idempotency_key)s::text[],
-            %(payload)s::jsonb[], %(subject_account_id)s::text[], %(state)s::text[],
-            %(max_attempts)s::integer[], %(due_at)s::timestamptz[], %(expires_at)s::timestamptz[],
-            %(trace_context)s::jsonb[])
-           WITH ORDINALITY AS i(kind, at_most_once, instance_level, workspace_id, lane_key,
-                                idempotency_key, payload, subject_account_id, state,
-                                max_attempts, due_at, expires_at, trace_context, position)
+    SELECT r->>0 AS kind, (r->>1)::boolean AS at_most_once, (r->>2)::boolean AS instance_level,
+           r->>3 AS workspace_id, r->>4 AS lane_key, r->>5 AS idempotency_key, r->6 AS payload,
+           r->>7 AS subject_account_id, r->>8 AS state, (r->>9)::integer AS max_attempts,
+           (r->>10)::timestamptz AS due_at, (r->>11)::timestamptz AS expires_at,
+           (r->>12)::integer AS key_order,
+           NULLIF(r->13, 'null'::jsonb) AS trace_context, position
+      FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
@@ -57,16 +64,17 @@ WITH input AS (
     SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
            payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at,
            trace_context
-      FROM (-- The ids, drawn in the caller's order; OFFSET 0 keeps the sort below from drawing
-            -- them in key order. A key that turns out to exist wastes its id, as a conflicting
-            -- insert of the column's default would.
+      FROM (-- The ids, drawn in the caller's order (no sort: the array's order; OFFSET 0 keeps
+            -- the key sort below from drawing them in key order). A key that turns out to
+            -- exist wastes its id, as a conflicting insert of the column's default would. (An
+            -- array of ids indexed by position cost a copy of the whole array per row.)
             SELECT nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
                                    ::regclass)) AS id, input.*
               FROM input
              ORDER BY position
             OFFSET 0) numbered
-     -- A key repeated in the batch: its first request wins, as in the caller's order.
-     ORDER BY idempotency_key COLLATE "C", position
+     -- By key, as ranked by the client.
+     ORDER BY key_order
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, idempotency_key, lane_key, due_at, state
 ), lane AS (
@@ -80,6 +88,11 @@ WITH input AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT idempotency_key, id,
        (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
@@ -116,6 +129,11 @@ WITH admitted AS (
            head_id = LEAST(l.head_id, excluded.head_id),
            head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
                             ELSE l.head_kind END
+     -- Written only when it changes something (a lane behind its head rarely does): the row
+     -- is locked all the same, until the caller commits, and a no-op version costs a tuple
+     -- and index entries.
+     WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
+        OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
 SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
 
