@@ -6,7 +6,6 @@ import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -386,16 +385,21 @@ def test_a_key_repeated_in_a_batch_keeps_its_first_request(db: OutboxTestDatabas
 def test_both_enqueues_dump_payloads_with_the_json_dumps_psycopg_is_configured_with(
     db: OutboxTestDatabase,
 ) -> None:
+    # A payload holds JSON values only (enqueue refuses a Decimal, which would not read back
+    # as it went in), so the application's encoder is seen by what it is handed.
+    handed: list[object] = []
+
     def dumps(value: object) -> str:
-        return json.dumps(value, default=str)  # the application's: Decimal as a string
+        handed.append(value)
+        return json.dumps(value)
 
     with db.connect() as conn:
         set_json_dumps(dumps, context=conn)
-        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "one", {"n": Decimal("1")}))
-        db.outbox.enqueue_many(
-            conn, [ActionRequest("TEST_NOOP", "lane", "many", {"n": Decimal("2")})]
-        )
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane", "one", {"n": 1}))
+        db.outbox.enqueue_many(conn, [ActionRequest("TEST_NOOP", "lane", "many", {"n": 2})])
         conn.commit()
+    assert {"n": 1} in handed
+    assert any(isinstance(value, list) and "many" in json.dumps(value) for value in handed)
     assert db.rows("SELECT payload->>'n' FROM {schema}.agent_action ORDER BY id") == [
         ("1",),
         ("2",),
