@@ -108,6 +108,8 @@ COMMANDS = {
     "cancel": ["cancel", "1"],
     "erase": ["erase", "--subject", "account-1"],
     "run": ["run"],
+    "run-now": ["run-now", "1"],
+    "dashboard": ["dashboard"],
     "quickstart": ["quickstart", "--yes"],
 }
 
