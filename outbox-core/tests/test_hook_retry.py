@@ -77,3 +77,22 @@ def test_a_hook_that_keeps_failing_is_given_up_on_and_its_action_waits_for_its_l
     assert state(db, busy) == "EXECUTING"
     assert BusyHookAdapter.tries == 7  # the first write and six more, then the lease decides
     assert BusyHookAdapter.endings == []
+
+
+async def test_run_now_waits_for_the_ending_written_again_after_its_hook_failed(
+    db: OutboxTestDatabase,
+) -> None:
+    """run_now returned once the first write of the ending was answered: with the hook's
+    failure the action was still EXECUTING, and the executor of `outbox run-now` then closed,
+    cancelling the retry, so the action waited for its lease."""
+    db.register_kind(BusyHookAdapter)
+    BusyHookAdapter.failures, BusyHookAdapter.tries, BusyHookAdapter.endings = 1, 0, []
+    busy = enqueue(db, "TEST_BUSY_HOOK", "busy")
+
+    async with db.executor() as executor:
+        action = await executor.run_now(busy)
+
+    assert action is not None and str(action.state) == "DONE"
+    assert state(db, busy) == "DONE"
+    assert BusyHookAdapter.tries == 2
+    assert BusyHookAdapter.endings == [(busy, "DONE", "COMPLETED")]
