@@ -212,14 +212,13 @@ class Endings:
             if len(endings) == 1:
                 self._hook_failed(endings[0])
                 return [False]
-            # One hook failed: write the others one by one, so only its action waits.
+            # One hook failed: write the others one by one, so only its action waits. Each
+            # with its own retries: a dropped connection on one must not write the whole batch
+            # again, where the lost-reply recognition would take the endings already written
+            # here for the lost reply's (reported again, their chained heads started again).
             answers = []
             for ending in endings:
-                try:
-                    answers.extend(await self._write([ending]))
-                except _HookFailed:
-                    self._hook_failed(ending)
-                    answers.append(False)
+                answers.extend(await self._flush([ending]))
             return answers
 
     def _hook_failed(self, ending: Ending) -> None:
