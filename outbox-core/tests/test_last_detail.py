@@ -228,3 +228,26 @@ async def test_no_payload_value_reaches_a_detail(db: OutboxTestDatabase) -> None
     details = db.rows("SELECT last_detail FROM {schema}.agent_action WHERE id = ANY(%s)", (ids,))
     assert len(details) == 4
     assert all(CANARY not in (d or "") for (d,) in details), details
+
+
+async def test_status_prints_a_detail_with_square_brackets_as_it_is(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    """A detail is the adapter's text, not Rich markup: "[/repos/x/issues]" made `outbox
+    status` fail (a closing tag with nothing to close), "[bold]" vanished."""
+    db = noop_installed
+    retrying = enqueue(db, "r", lane="lane-r")
+    enqueue(db, "f", lane="lane-f")
+
+    async def run(attempt: ActionAttempt) -> AdapterResult:
+        if attempt.id == retrying:
+            return Retry(LATER, detail="HTTP 502 at [bold]gateway[/bold]")
+        return Failed(detail="HTTP 404 [/repos/x/issues]")
+
+    ScriptedAdapter.script = run
+    await attempt_once(db)
+
+    result = outbox(db, "status", env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "HTTP 502 at [bold]gateway[/bold]" in result.output
+    assert "HTTP 404 [/repos/x/issues]" in result.output
