@@ -236,15 +236,11 @@ async def test_status_prints_a_detail_with_square_brackets_as_it_is(
     """A detail is the adapter's text, not Rich markup: "[/repos/x/issues]" made `outbox
     status` fail (a closing tag with nothing to close), "[bold]" vanished."""
     db = noop_installed
-    retrying = enqueue(db, "r", lane="lane-r")
+    enqueue(db, "r", lane="lane-r")
+    ScriptedAdapter.script = returning(Retry(LATER, detail="HTTP 502 at [bold]gateway[/bold]"))
+    await attempt_once(db)
     enqueue(db, "f", lane="lane-f")
-
-    async def run(attempt: ActionAttempt) -> AdapterResult:
-        if attempt.id == retrying:
-            return Retry(LATER, detail="HTTP 502 at [bold]gateway[/bold]")
-        return Failed(detail="HTTP 404 [/repos/x/issues]")
-
-    ScriptedAdapter.script = run
+    ScriptedAdapter.script = returning(Failed(detail="HTTP 404 [/repos/x/issues]"))
     await attempt_once(db)
 
     result = outbox(db, "status", env={"COLUMNS": "250"})
