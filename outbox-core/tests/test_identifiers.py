@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 import psycopg
 import pytest
 from click.testing import CliRunner
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from outbox_core import (
     ActionAdapter,
@@ -20,6 +20,7 @@ from outbox_core import (
     ActionRequest,
     ActionVariants,
     AdapterResult,
+    ConfigurationError,
     Done,
     KindRegistry,
     MigrationError,
@@ -70,7 +71,8 @@ def test_a_hostile_or_too_long_schema_name_is_refused_before_any_statement(
         quote_schema(schema)
     with pytest.raises(ValueError, match="lower-case name"):
         Outbox(schema=schema)
-    with pytest.raises(ValidationError, match="lower-case name"):
+    # A settings error is one ConfigurationError line naming the setting (settings.py).
+    with pytest.raises(ConfigurationError, match="OUTBOX_SCHEMA: .*lower-case name"):
         OutboxSettings(schema_name=schema)
     with psycopg.connect(db.url, autocommit=True) as conn, pytest.raises(ValueError):
         migrate(conn, schema, [])
