@@ -109,6 +109,8 @@ COMMANDS = {
     "erase": ["erase", "--subject", "account-1"],
     "run": ["run"],
     "quickstart": ["quickstart", "--yes"],
+    "run-now": ["run-now", "1"],
+    "dashboard": ["dashboard"],
 }
 
 
