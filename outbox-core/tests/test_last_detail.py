@@ -228,3 +228,22 @@ async def test_no_payload_value_reaches_a_detail(db: OutboxTestDatabase) -> None
     details = db.rows("SELECT last_detail FROM {schema}.agent_action WHERE id = ANY(%s)", (ids,))
     assert len(details) == 4
     assert all(CANARY not in (d or "") for (d,) in details), details
+
+
+async def test_status_prints_a_detail_with_square_brackets_as_it_is(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    """A detail is the adapter's text, not Rich markup: "[/repos/x/issues]" made `outbox
+    status` fail (a closing tag with nothing to close), "[bold]" vanished."""
+    db = noop_installed
+    enqueue(db, "r", lane="lane-r")
+    ScriptedAdapter.script = returning(Retry(LATER, detail="HTTP 502 at [bold]gateway[/bold]"))
+    await attempt_once(db)
+    enqueue(db, "f", lane="lane-f")
+    ScriptedAdapter.script = returning(Failed(detail="HTTP 404 [/repos/x/issues]"))
+    await attempt_once(db)
+
+    result = outbox(db, "status", env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "HTTP 502 at [bold]gateway[/bold]" in result.output
+    assert "HTTP 404 [/repos/x/issues]" in result.output

@@ -137,6 +137,7 @@ def print_status(report: StatusReport) -> None:
     """The report as tables on the terminal (`outbox status`, the quickstart)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     table = Table(title="outbox status")
@@ -203,7 +204,7 @@ def print_status(report: StatusReport) -> None:
                 row.state,
                 f"{row.attempt}/{row.max_attempts}",
                 result,
-                row.detail or "",
+                Text(row.detail or ""),  # the adapter's text, not markup
                 f"{row.at:%Y-%m-%d %H:%M:%S}" if row.at is not None else "",
             )
         console.print(attempts)

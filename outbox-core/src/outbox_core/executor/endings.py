@@ -66,6 +66,8 @@ class Endings:
         self._hook_waiting: list[tuple[float, Ending]] = []
         self._hook_tries: dict[tuple[int, int], int] = {}
         self._hook_task: asyncio.Task[None] | None = None
+        # Set after each round of the retry loop (see retried()).
+        self._hook_round = asyncio.Event()
 
     def post(self, ending: Ending) -> None:
         """Write ``ending`` with the next batch, not waiting for it; a failed or stale write is
@@ -109,6 +111,20 @@ class Endings:
             await self._relower_task
         while self._hook_task is not None and not self._hook_task.done():
             await self._hook_task
+
+    async def retried(self, action_id: int) -> None:
+        """Wait until no ending of ``action_id`` whose hook raised waits to be written again
+        (written, stale or given up on), not for the other actions' retries."""
+        while any(key[0] == action_id for key in self._hook_tries):
+            task = self._hook_task
+            if task is None or task.done():
+                return
+            self._hook_round.clear()
+            round_done = asyncio.ensure_future(self._hook_round.wait())
+            try:
+                await asyncio.wait({task, round_done}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                round_done.cancel()
 
     def _checked(self, ending: Ending) -> Callable[[bool | BaseException], None]:
         def check(answer: bool | BaseException) -> None:
@@ -196,14 +212,13 @@ class Endings:
             if len(endings) == 1:
                 self._hook_failed(endings[0])
                 return [False]
-            # One hook failed: write the others one by one, so only its action waits.
+            # One hook failed: write the others one by one, so only its action waits. Each
+            # with its own retries: a dropped connection on one must not write the whole batch
+            # again, where the lost-reply recognition would take the endings already written
+            # here for the lost reply's (reported again, their chained heads started again).
             answers = []
             for ending in endings:
-                try:
-                    answers.extend(await self._write([ending]))
-                except _HookFailed:
-                    self._hook_failed(ending)
-                    answers.append(False)
+                answers.extend(await self._flush([ending]))
             return answers
 
     def _hook_failed(self, ending: Ending) -> None:
@@ -232,6 +247,7 @@ class Endings:
                 # Written, stale or given up on, unless its hook failed again and it waits.
                 if not any(waiting is ending for _, waiting in self._hook_waiting):
                     self._hook_tries.pop((ending.action_id, ending.epoch), None)
+            self._hook_round.set()
 
     async def _write(self, endings: Sequence[Ending]) -> list[bool]:
         """One batch in one round trip (settle_v2); in an explicit transaction only when a kind

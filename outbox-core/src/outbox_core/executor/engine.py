@@ -233,6 +233,8 @@ class Executor:
         started = self.attempts.dispatch(rows)
         await asyncio.gather(*started, return_exceptions=True)
         await self.endings.batcher.written(lambda ending: ending.action_id == action_id)
+        # An ending whose hook raised is written again after a pause: wait for that too.
+        await self.endings.retried(action_id)
         self.rt.tally.flush()
         if not any(row[1] == action_id and row[0] in ATTEMPT_OPS for row in rows):
             return None
