@@ -247,3 +247,18 @@ async def test_status_prints_a_detail_with_square_brackets_as_it_is(
     assert result.exit_code == 0, result.output
     assert "HTTP 502 at [bold]gateway[/bold]" in result.output
     assert "HTTP 404 [/repos/x/issues]" in result.output
+
+
+def test_status_prints_lane_keys_and_kind_errors_as_they_are(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    """A lane key is the application's string, not Rich markup: a blocked lane keyed
+    "repo[/x]" made `outbox status` fail, "[bold]" vanished."""
+    db = noop_installed
+    for lane in ("repo[/x]", "team[bold]a"):  # a proposal blocks the action behind it
+        enqueue(db, f"{lane}-1", lane=lane, proposed=True)
+        enqueue(db, f"{lane}-2", lane=lane)
+    result = outbox(db, "status", env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "repo[/x]" in result.output
+    assert "team[bold]a" in result.output

@@ -261,3 +261,21 @@ async def test_an_action_enqueued_without_a_span_gets_root_attempt_spans(
             await executor.drain()
     (span,) = attempt_spans(spans)
     assert span.parent is None and span.links == ()
+
+
+@pytest.mark.parametrize("stored", ["[1, 2]", '{"traceparent": 7}', '"text"'])
+def test_a_stored_context_that_is_not_a_string_map_never_stops_the_attempt(
+    db: OutboxTestDatabase,
+    spans: InMemorySpanExporter,
+    stored: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row written by hand (or by another tool) with a context that does not parse: the
+    attempt runs and ends, with or without a span, and never holds its kind's slot unended."""
+    scripted(Done())
+    enqueue_in_span(db, "TEST_SCRIPTED", "k")
+    with db.connect() as conn:
+        conn.execute(f"UPDATE {db.schema}.agent_action SET trace_context = %s::jsonb", (stored,))
+        conn.commit()
+    db.drain()
+    assert db.rows("SELECT state FROM {schema}.agent_action") == [("DONE",)]

@@ -178,9 +178,9 @@ def print_status(report: StatusReport) -> None:
             else:
                 why = f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
             lanes.add_row(
-                lane.lane_key,
+                Text(lane.lane_key),  # the application's string, not markup
                 str(lane.head_id),
-                lane.head_kind,
+                Text(lane.head_kind),
                 why,
                 f"{lane.since:%Y-%m-%d %H:%M:%S}",
             )
@@ -213,5 +213,5 @@ def print_status(report: StatusReport) -> None:
         for column in ("kind", "from", "why"):
             stopped.add_column(column)
         for halted in report.stopped:
-            stopped.add_row(halted.kind, halted.distribution, halted.error)
+            stopped.add_row(halted.kind, halted.distribution, Text(halted.error))
         console.print(stopped)

@@ -232,13 +232,26 @@ class Attempts:
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
         self.endings.post(ending)
 
-    async def _trace(self, attempt: ActionAttempt) -> tracing.Activation:
+    async def _trace(self, attempt: ActionAttempt) -> tracing.Activation | None:
         """Start the attempt's span, child of the context stored at enqueue, and make it the
         current span while execute() runs (so the provider client's spans nest under it); the
-        token that detaches it."""
-        stored = await self.traces.read(attempt.id)
-        attempt.span = tracing.start_attempt(attempt.action, stored)
-        return tracing.activate(attempt.span)
+        token that detaches it. A trace that cannot be started (the stored context unreadable:
+        the database went away, a row written by hand) never stops the attempt, which holds
+        its kind's slot here and must reach its ending: it runs without a span."""
+        try:
+            stored = await self.traces.read(attempt.id)
+            attempt.span = tracing.start_attempt(attempt.action, stored)
+            return tracing.activate(attempt.span)
+        except Exception as exc:
+            attempt.span = None
+            action_event(
+                "action.trace.failed",
+                attempt.id,
+                attempt.action.kind,
+                level=logging.WARNING,
+                error=type(exc).__name__,
+            )
+            return None
 
     def _wrong_result(
         self, claimed: ClaimedAction, attempt: ActionAttempt, result: object, problem: str
