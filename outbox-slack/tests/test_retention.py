@@ -149,6 +149,22 @@ def test_erasure_deletes_the_subjects_turns_entries_and_posts(
     assert slack_db.rows("SELECT entry_id FROM {schema}.slack_entry") == [("t2-q0",)]
 
 
+def test_erasure_deletes_the_turns_in_the_erasing_outboxs_schema_not_the_environments(
+    slack_db: OutboxTestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    post(slack_db, "t1", subject_account_id="acct-1")
+    slack_db.drain()
+    monkeypatch.setenv("OUTBOX_SCHEMA", "some_other_schema")  # not the erasing outbox's
+
+    async def erase() -> None:
+        async with await slack_db.aconnect() as conn:
+            report = await erase_subject(conn, "acct-1", outbox=slack_db.outbox)
+            assert report.catalogs["slack"] == 1
+
+    asyncio.run(erase())
+    assert slack_db.rows("SELECT turn_id FROM {schema}.slack_turn") == []
+
+
 def test_erasure_before_the_post_means_it_is_never_posted(
     slack_db: OutboxTestDatabase, slack_server: SlackTestServer
 ) -> None:

@@ -21,7 +21,14 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection, Connection
 
-from outbox_core import Action, ActionState, Outbox, OutboxSettings, default_outbox, package_queries
+from outbox_core import (
+    Action,
+    ActionState,
+    Outbox,
+    default_outbox,
+    erasing_outbox,
+    package_queries,
+)
 from outbox_core.steps import Query, Steps, arun, run
 
 from .errors import UnknownEntry
@@ -136,8 +143,9 @@ class SlackPersonData:
         self._schema = schema
 
     async def erase(self, conn: AsyncConnection[Any], subject_account_id: str) -> int:
-        # The core's erasure hands no outbox to a catalog: the configured schema.
-        schema = self._schema if self._schema is not None else OutboxSettings().schema_name
+        # The schema of the erasure that runs this catalog (an application's Outbox, or the
+        # command's --schema), never the environment's default.
+        schema = self._schema if self._schema is not None else erasing_outbox().schema
         sql = queries(schema)
         cursor = await conn.execute(sql["erase_subject"], {"subject": subject_account_id})
         return cursor.rowcount
