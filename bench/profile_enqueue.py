@@ -1,20 +1,21 @@
 """Where a bulk enqueue's time goes: ``enqueue_many`` of ``--n`` actions over ``--lanes`` lanes,
 split into its phases, the median of ``--rounds`` batches:
 
-- validation: the requests checked and their payloads validated against the variants;
-- build and adapt: the statement's parameters built, then adapted by psycopg (what
-  ``execute`` does with them before it sends);
+- validation: the requests checked and their payloads validated against the variants
+  (``prepare_batch``), the batch's keys counted (``distinct_keys``);
+- build and adapt: the statement's JSON document built (``batch_document``), then adapted by
+  psycopg (the JSON encoder psycopg is configured with, what ``execute`` does before it sends);
 - statement: the server's time inside the statement (``pg_stat_statements``: run it against a
   cluster of your own that loads it, ``shared_preload_libraries = 'pg_stat_statements'``;
   without it, the wall time of ``execute`` and ``fetchall``);
-- round trip: the rest of ``execute`` (sending, the answer, reading the rows);
+- round trip: the rest of ``execute`` (sending, the answer, reading it);
+- answers: the ``Enqueued`` of each request (``batch_answers``);
 - commit.
 
     OUTBOX_BENCH_URL=postgresql://postgres@127.0.0.1:55433/postgres \\
         python bench/profile_enqueue.py [--n 10000] [--lanes 1000] [--rounds 5]
 
-The phases are those of the code of the checkout it runs (``Outbox._prepare_many`` and
-``Outbox._many_params``), so the same script measures a build before and after a change.
+The phases are those of this checkout's code (``outbox_core.enqueue_rows``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Any
 import psycopg
 from harness import ADMIN_URL, bench_database, emit, log, median
 from psycopg.adapt import PyFormat, Transformer
+from psycopg.types.json import Jsonb
 
 from outbox_core import ActionRequest, Outbox
+from outbox_core.enqueue_rows import batch_answers, batch_document, distinct_keys, prepare_batch
 
 
 def statement_ms(conn: psycopg.Connection[Any]) -> float | None:
@@ -36,20 +39,13 @@ def statement_ms(conn: psycopg.Connection[Any]) -> float | None:
     try:
         row = conn.execute(
             "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements "
-            "WHERE query LIKE '%%-- name: enqueue_many%%' OR query LIKE '%%The bulk form%%'"
+            "WHERE query LIKE '-- enqueue_many%%' OR query LIKE '%%-- name: enqueue_many%%' OR query LIKE '%%The bulk form%%'"
         ).fetchone()
     except psycopg.Error:
         conn.rollback()
         return None
     conn.commit()
     return float(row[0]) if row else None
-
-
-def prepared(outbox: Outbox, requests: list[ActionRequest]) -> Any:
-    many = getattr(outbox, "_prepare_many", None)
-    if many is not None:
-        return many(requests, None)
-    return [outbox.prepare(request) for request in requests]  # the build before
 
 
 def one_batch(
@@ -67,33 +63,49 @@ def one_batch(
     sql = outbox.queries["enqueue_many"]
     before = statement_ms(admin)
     t0 = time.perf_counter()
-    batch = prepared(outbox, requests)
+    batch = prepare_batch(outbox.registry, requests, None, outbox.settings.retention_days)
+    distinct = distinct_keys(requests)
     t1 = time.perf_counter()
-    params = outbox._many_params(batch)
+    document = batch_document(batch)
     t2 = time.perf_counter()
-    # What execute() does with them before it sends: adapt each value (psycopg's Transformer).
-    names = [name for name in params if f"%({name})" in sql]
-    Transformer(conn).dump_sequence([params[name] for name in names], [PyFormat.AUTO] * len(names))
+    # What execute() does with it before it sends: the JSON encoder psycopg is configured with.
+    adapted = Transformer(conn).dump_sequence([Jsonb(document)], [PyFormat.AUTO])
     t3 = time.perf_counter()
-    rows = conn.execute(sql, params).fetchall()
+    # The document as text, so that execute() does not dump it again (::text::jsonb below).
+    params: dict[str, Any] = {"batch": bytes(adapted[0]).decode()}
+    params["trace_context"] = None
+    rows = conn.execute(
+        sql.replace("%(batch)s::jsonb", "%(batch)s::text::jsonb"), params
+    ).fetchall()
     t4 = time.perf_counter()
-    conn.commit()
+    answers = batch_answers(requests, rows[0][0], None)
     t5 = time.perf_counter()
+    conn.commit()
+    t6 = time.perf_counter()
     after = statement_ms(admin)
-    assert len(rows) == n
+    assert len(answers) == n and len(rows[0][0]) == distinct
     out = {
         "validation_ms": 1e3 * (t1 - t0),
         "build_ms": 1e3 * (t2 - t1),
         "adapt_ms": 1e3 * (t3 - t2),
         "execute_ms": 1e3 * (t4 - t3),
-        "commit_ms": 1e3 * (t5 - t4),
+        "answers_ms": 1e3 * (t5 - t4),
+        "commit_ms": 1e3 * (t6 - t5),
     }
     if before is not None and after is not None:
         out["statement_ms"] = after - before
-        # execute() adapts the parameters (again): that part of it is adapt_ms.
-        out["round_trip_ms"] = max(0.0, out["execute_ms"] - out["statement_ms"] - out["adapt_ms"])
-    # As enqueue_many spends it: the adaptation once, inside execute.
-    out["total_ms"] = out["validation_ms"] + out["build_ms"] + out["execute_ms"] + out["commit_ms"]
+        out["round_trip_ms"] = max(0.0, out["execute_ms"] - out["statement_ms"])
+    out["total_ms"] = sum(
+        out[key]
+        for key in (
+            "validation_ms",
+            "build_ms",
+            "adapt_ms",
+            "execute_ms",
+            "answers_ms",
+            "commit_ms",
+        )
+    )
     return out
 
 

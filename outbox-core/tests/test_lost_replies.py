@@ -32,7 +32,7 @@ async def test_an_ending_committed_before_its_reply_was_lost_is_reported_once_as
         x = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lost", "lost")).id
         conn.commit()
     async with ReplyLosingProxy(db.url).running() as proxy:
-        proxy.lose_reply_to(b"settle_v1")
+        proxy.lose_reply_to(b"-- settle\n")
         async with Executor(db.outbox, proxy.conninfo, settings=db.settings) as executor:
             await executor.drain(timeout=30)
     assert proxy.lost == 1
@@ -53,7 +53,7 @@ async def test_the_next_head_a_lost_batch_claimed_is_run_not_left_to_its_lease(
         ).id
         conn.commit()
     async with ReplyLosingProxy(db.url).running() as proxy:
-        proxy.lose_reply_to(b"settle_v1")
+        proxy.lose_reply_to(b"-- settle\n")
         async with Executor(db.outbox, proxy.conninfo, settings=db.settings) as executor:
             await executor.drain(timeout=30)
     assert proxy.lost == 1

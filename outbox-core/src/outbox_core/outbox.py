@@ -12,57 +12,36 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any
 
 from psycopg import AsyncConnection, Connection
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel
 
 from . import tracing
 from .action import Action
-from .adapter import ActionAdapter, EnqueueCheck, has_own
+from .adapter import EnqueueCheck, has_own
+from .enqueue_rows import (
+    Prepared,
+    PreparedBatch,
+    batch_answers,
+    batch_document,
+    distinct_keys,
+    prepare_batch,
+    prepare_one,
+    request_row,
+)
 from .errors import IdempotencyConflict, InvalidRequest, UndecodableAction
 from .lane_locks import lanes_first_steps
 from .plugins import PluginHost, load_plugins
 from .registry import KindRegistry, RegisteredKind
-from .requests import MAX_ATTEMPTS, ActionRequest, Enqueued, json_problem, text_problem
+from .requests import ActionRequest, Enqueued
 from .results import StopReason
 from .settings import OutboxSettings
-from .sqlfiles import core_queries, quote_schema
+from .sqlfiles import channel_name, core_queries, quote_schema
 from .states import ActionState
 from .steps import AsyncOnly, Call, Query, Steps, arun, atomic, run
-
-
-class _Prepared(NamedTuple):
-    """A request checked against its kind (a tuple: a batch makes one per request)."""
-
-    request: ActionRequest
-    entry: RegisteredKind
-    payload: dict[str, Any]
-    """As stored (JSON)."""
-    body: BaseModel
-    """The payload decoded as the variant's model."""
-    max_attempts: int
-
-    @property
-    def state(self) -> str:
-        return _PROPOSED if self.request.proposed else _ADMITTED
-
-
-class _Batch(list[_Prepared]):
-    """Prepared requests, and whether a kind among them has an enqueue check (a batch of kinds
-    without one pays nothing for the checks)."""
-
-    checked: bool = False
-
-
-_PROPOSED, _ADMITTED = str(ActionState.PROPOSED), str(ActionState.ADMITTED)
-
-
-def _jsonb_or_none(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
 
 
 class Outbox:
@@ -106,129 +85,18 @@ class Outbox:
     @property
     def channel(self) -> str:
         """The LISTEN/NOTIFY channel idle executors of this schema wait on."""
-        return f"outbox_{self.schema}"
+        return channel_name(self.schema)
 
     # -- enqueue -------------------------------------------------------------------------------
 
-    def prepare(self, request: ActionRequest, *, now: datetime | None = None) -> _Prepared:
+    def prepare(self, request: ActionRequest, *, now: datetime | None = None) -> Prepared:
         """Validate a request against its kind; InvalidRequest/UnknownKind name the culprit."""
-        return self._prepare_many([request], now)[0]
+        return prepare_one(self.registry, request, now, self.settings.retention_days)
 
-    def _prepare_many(self, requests: Sequence[ActionRequest], now: datetime | None) -> _Batch:
-        """Validate requests against their kinds: each request's fields, then each kind's
-        payloads against its variants in one validator call (see ``ActionVariants.decode_many``)."""
-        entries: dict[str, RegisteredKind] = {}
-        by_kind: dict[str, list[int]] = {}
-        attempts: list[int] = []
-        payloads: list[dict[str, Any]] = []
-        for index, request in enumerate(requests):
-            entry = entries.get(request.kind)
-            if entry is None:
-                entry = entries[request.kind] = self.registry.get(request.kind)
-                by_kind[request.kind] = []
-            attempts.append(self._checked_fields(request, entry.adapter, now))
-            payload = entry.variants.encode(request.payload)
-            misfit = json_problem(payload)
-            if misfit is not None:
-                raise InvalidRequest(*misfit)
-            payloads.append(payload)
-            by_kind[request.kind].append(index)
-        if len(by_kind) == 1:
-            (kind,) = by_kind
-            bodies = entries[kind].variants.decode_many(
-                payloads, [request.idempotency_key for request in requests], kind=kind
-            )
-        else:
-            found: dict[int, BaseModel] = {}
-            for kind, indexes in by_kind.items():
-                decoded = entries[kind].variants.decode_many(
-                    [payloads[i] for i in indexes],
-                    [requests[i].idempotency_key for i in indexes],
-                    kind=kind,
-                )
-                found.update(zip(indexes, decoded, strict=True))
-            bodies = [found[index] for index in range(len(requests))]
-        batch = _Batch(
-            _Prepared(request, entries[request.kind], payload, body, max_attempts)
-            for request, payload, body, max_attempts in zip(
-                requests, payloads, bodies, attempts, strict=True
-            )
-        )
-        batch.checked = any(entry.checks_enqueue for entry in entries.values())
-        return batch
-
-    def _checked_fields(
-        self, request: ActionRequest, adapter: type[ActionAdapter], now: datetime | None
-    ) -> int:
-        """The request's own fields checked (InvalidRequest names the first wrong one); its
-        ``max_attempts`` or the kind's default."""
-        for name in ("lane_key", "idempotency_key", "workspace_id", "subject_account_id"):
-            value = getattr(request, name)
-            optional = name in ("workspace_id", "subject_account_id")
-            if value is None and optional:
-                continue
-            if not isinstance(value, str) or not (optional or value.strip()):
-                raise InvalidRequest(
-                    name, "must be a string" if optional else "must be a non-empty string"
-                )
-            problem = text_problem(value)
-            if problem is not None:
-                raise InvalidRequest(name, problem)
-        max_attempts = (
-            request.max_attempts
-            if request.max_attempts is not None
-            else adapter.default_max_attempts
-        )
-        if (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= MAX_ATTEMPTS
-        ):
-            raise InvalidRequest(
-                "max_attempts",
-                f"must be an integer from 1 to {MAX_ATTEMPTS}, got {max_attempts!r}",
-            )
-        if request.workspace_id is None and not adapter.instance_level:
-            raise InvalidRequest(
-                "workspace_id",
-                f"{request.kind} is not an instance-level kind; name the workspace of the effect",
-            )
-        expires_at = request.expires_at
-        if expires_at is None and request.not_before is None:
-            return max_attempts
-        for name, when in (("expires_at", expires_at), ("not_before", request.not_before)):
-            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
-                raise InvalidRequest(name, "must be a timezone-aware datetime")
-        if expires_at is not None and now is not None and expires_at <= now:
-            raise InvalidRequest(
-                "expires_at",
-                f"{expires_at.isoformat()} has already passed (database time "
-                f"{now.isoformat()}); an expired action would never run",
-            )
-        if expires_at is not None and now is not None and adapter.retained:
-            # An ended action keeps its key for the retention, and no longer: a notice that
-            # may still arrive after that would find no key and enqueue its effect again.
-            retention = timedelta(days=self.settings.retention_days)
-            if expires_at > now + retention:
-                raise InvalidRequest(
-                    "expires_at",
-                    f"{expires_at.isoformat()} is further out than the retention of "
-                    f"ended actions ({self.settings.retention_days:g} days from database time "
-                    f"{now.isoformat()}, OUTBOX_RETENTION_DAYS): a late redelivery after the "
-                    "key was deleted would enqueue the effect again. Expire sooner, or raise "
-                    "the retention for every replica",
-                )
-        return max_attempts
-
-    def _check_steps(self, batch: _Batch) -> Steps[None]:
-        """Each request's kind's own enqueue check (:meth:`ActionAdapter.check_enqueue`), before
-        anything is written; a kind without one is skipped."""
-        if not batch.checked:
-            return
-        for item in batch:
-            entry = item.entry
-            if entry.checks_enqueue:
-                yield self._check_call(entry, EnqueueCheck(item.request, item.payload, item.body))
+    def _prepare_batch(
+        self, requests: Sequence[ActionRequest], now: datetime | None
+    ) -> PreparedBatch:
+        return prepare_batch(self.registry, requests, now, self.settings.retention_days)
 
     @staticmethod
     def _check_call(entry: RegisteredKind, check: EnqueueCheck) -> Call:
@@ -242,10 +110,19 @@ class Outbox:
             "`await aenqueue(...)`; nothing was written",
         )
 
+    def _checks(self, items: Iterable[Prepared]) -> Steps[None]:
+        """Each request's kind's own enqueue check (:meth:`ActionAdapter.check_enqueue`), before
+        anything is written; a kind without one is skipped."""
+        for item in items:
+            if item.entry.checks_enqueue:
+                yield self._check_call(
+                    item.entry, EnqueueCheck(item.request, item.payload, item.body)
+                )
+
     def check_steps(self, requests: Sequence[ActionRequest]) -> Steps[None]:
         """:meth:`check` as steps."""
         now = (yield from self._now_steps()) if self._needs_clock(requests) else None
-        yield from self._check_steps(self._prepare_many(requests, now))
+        yield from self._checks(self._prepare_batch(requests, now).checked())
 
     def check(self, conn: Connection[Any], requests: Sequence[ActionRequest]) -> None:
         """Every check an enqueue of ``requests`` makes (the request, its payload against the
@@ -257,86 +134,38 @@ class Outbox:
         """The async twin of :meth:`check`."""
         await arun(conn, self.check_steps(requests))
 
-    def _single_params(self, prepared: _Prepared) -> dict[str, Any]:
-        request, adapter = prepared.request, prepared.entry.adapter
-        return {
-            "kind": request.kind,
-            "at_most_once": adapter.at_most_once,
-            "instance_level": adapter.instance_level,
-            "workspace_id": request.workspace_id,
-            "lane_key": request.lane_key,
-            "idempotency_key": request.idempotency_key,
-            "payload": Jsonb(prepared.payload),
-            "subject_account_id": request.subject_account_id,
-            "state": prepared.state,
-            "max_attempts": prepared.max_attempts,
-            "due_at": request.not_before,
-            "expires_at": request.expires_at,
-            # Beside the payload, never in it (None without an active span): tracing.py.
-            "trace_context": _jsonb_or_none(tracing.current_context()),
-            "channel": self.channel,
-        }
-
-    def _many_params(self, prepared: Sequence[_Prepared]) -> dict[str, Any]:
-        """The batch as one JSON document, a row per request in the caller's order (the columns
-        in enqueue_many's order, then the request's rank in the order the batch inserts: by
-        key, a repeated key in the caller's order, as ``sorted`` is stable). One call of the JSON
-        encoder, where a column array per field cost psycopg a quoted element each (see
-        docs/benchmarks.md)."""
-        keys = [item.request.idempotency_key for item in prepared]
-        ranks = [0] * len(keys)
-        for rank, index in enumerate(sorted(range(len(keys)), key=keys.__getitem__), start=1):
-            ranks[index] = rank
-        # One span is current for the whole call: its context, beside each payload (tracing.py).
-        trace_context = tracing.current_context()
-        rows = []
-        for item, rank in zip(prepared, ranks, strict=True):
-            request, adapter = item.request, item.entry.adapter
-            due, expires = request.not_before, request.expires_at
-            rows.append(
-                (
-                    request.kind,
-                    adapter.at_most_once,
-                    adapter.instance_level,
-                    request.workspace_id,
-                    request.lane_key,
-                    request.idempotency_key,
-                    item.payload,
-                    request.subject_account_id,
-                    item.state,
-                    item.max_attempts,
-                    None if due is None else due.isoformat(),
-                    None if expires is None else expires.isoformat(),
-                    rank,
-                    trace_context,
-                )
-            )
-        # Jsonb: one call of the JSON dumps psycopg is configured with (the application's, if it
-        # set one with set_json_dumps, as the single enqueue's payload uses), for the whole batch.
-        return {"rows": Jsonb(rows), "channel": self.channel}
-
     @staticmethod
     def _needs_clock(requests: Iterable[ActionRequest]) -> bool:
         return any(request.expires_at is not None for request in requests)
 
-    def _check_existing(
-        self, prepared: Sequence[_Prepared], rows: Iterable[tuple[Any, ...]]
+    @staticmethod
+    def _found(
+        requests: Iterable[ActionRequest], rows: Iterable[tuple[Any, ...]]
     ) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for key, action_id, kind, lane_key in rows:
-            found[key] = action_id
-            for item in prepared:
-                request = item.request
-                if request.idempotency_key != key:
-                    continue
-                if kind != request.kind or lane_key != request.lane_key:
-                    raise IdempotencyConflict(
-                        "idempotency_key",
-                        f"{key!r} already names action {action_id} ({kind} in lane "
-                        f"{lane_key!r}); this request is {request.kind} in lane "
-                        f"{request.lane_key!r}. Use a key that names this effect",
-                    )
-        return found
+        """The action each key names (``find_by_keys``' rows); IdempotencyConflict when one
+        names another effect than the request that holds its key."""
+        found: dict[str, tuple[int, str, str]] = {
+            key: (action_id, kind, lane_key) for key, action_id, kind, lane_key in rows
+        }
+        for request in requests:
+            key = request.idempotency_key
+            if key not in found:
+                # Only possible when the conflicting insert is invisible to this transaction's
+                # snapshot (REPEATABLE READ callers); PostgreSQL reports that as a serialization
+                # failure first, so reaching here means the row vanished (an erasure).
+                raise InvalidRequest(
+                    "idempotency_key",
+                    f"{key!r} conflicted with an action that is gone; retry",
+                )
+            action_id, kind, lane_key = found[key]
+            if kind != request.kind or lane_key != request.lane_key:
+                raise IdempotencyConflict(
+                    "idempotency_key",
+                    f"{key!r} already names action {action_id} ({kind} in lane "
+                    f"{lane_key!r}); this request is {request.kind} in lane "
+                    f"{request.lane_key!r}. Use a key that names this effect",
+                )
+        return {key: action_id for key, (action_id, _, _) in found.items()}
 
     # Each operation below is written once, as steps (see :mod:`outbox_core.steps`): its checks,
     # its statements and the reading of its rows. The sync method and its async twin (``a``
@@ -344,15 +173,17 @@ class Outbox:
 
     def enqueue_steps(self, request: ActionRequest) -> Steps[Enqueued]:
         """:meth:`enqueue` as steps (``yield from outbox.enqueue_steps(request)``)."""
-        now = (yield from self._now_steps()) if self._needs_clock([request]) else None
-        batch = self._prepare_many([request], now)
-        yield from self._check_steps(batch)
-        prepared = batch[0]
-        rows = yield Query(self.queries["enqueue"], self._single_params(prepared))
+        now = (yield from self._now_steps()) if request.expires_at is not None else None
+        prepared = prepare_one(self.registry, request, now, self.settings.retention_days)
+        if prepared.entry.checks_enqueue:
+            yield from self._checks((prepared,))
+        # Beside the payload, never in it (None without an active span): tracing.py.
+        row = request_row(prepared, tracing.current_context())
+        rows = yield Query(self.queries["enqueue"], {"request": Jsonb(row)})
         if rows:
             return Enqueued(int(rows[0][0]), True)
         found = yield Query(self.queries["find_by_keys"], {"keys": [request.idempotency_key]})
-        return self._existing_one(prepared, found)
+        return Enqueued(self._found((request,), found)[request.idempotency_key], False)
 
     def enqueue(self, conn: Connection[Any], request: ActionRequest) -> Enqueued:
         """Enqueue in ``conn``'s current transaction (the caller commits)."""
@@ -362,42 +193,35 @@ class Outbox:
         """The async twin of :meth:`enqueue`."""
         return await arun(conn, self.enqueue_steps(request))
 
-    def _existing_one(self, prepared: _Prepared, rows: list[tuple[Any, ...]]) -> Enqueued:
-        found = self._check_existing([prepared], rows)
-        if prepared.request.idempotency_key not in found:
-            # Only possible when the conflicting insert is invisible to this transaction's
-            # snapshot (REPEATABLE READ callers); PostgreSQL reports that as a serialization
-            # failure first, so reaching here means the row vanished (an erasure).
-            raise InvalidRequest(
-                "idempotency_key",
-                f"{prepared.request.idempotency_key!r} conflicted with an action that is gone; "
-                "retry",
-            )
-        return Enqueued(found[prepared.request.idempotency_key], False)
-
     def enqueue_many_steps(self, requests: Sequence[ActionRequest]) -> Steps[list[Enqueued]]:
         """:meth:`enqueue_many` as steps."""
         if not requests:
             return []
         now = (yield from self._now_steps()) if self._needs_clock(requests) else None
-        prepared = self._prepare_many(requests, now)
-        self._refuse_inner_conflicts(prepared)
+        batch = self._prepare_batch(requests, now)
+        distinct = distinct_keys(requests)
         # Every check before the first write: one refused request refuses the whole batch.
-        yield from self._check_steps(prepared)
+        yield from self._checks(batch.checked())
         # A savepoint: a key that turns out to name another effect undoes the whole batch.
-        return (yield from atomic(self._insert_many_steps(prepared)))
+        return (yield from atomic(self._insert_many_steps(batch, distinct)))
 
-    def _insert_many_steps(self, prepared: Sequence[_Prepared]) -> Steps[list[Enqueued]]:
-        rows = yield Query(self.queries["enqueue_many"], self._many_params(prepared))
-        created = {key: action_id for key, action_id, _ in rows}
-        missing = [
-            p.request.idempotency_key for p in prepared if p.request.idempotency_key not in created
-        ]
-        existing: dict[str, int] = {}
-        if missing:
-            found = yield Query(self.queries["find_by_keys"], {"keys": missing})
-            existing = self._check_existing(prepared, found)
-        return self._answers(prepared, created, existing)
+    def _insert_many_steps(self, batch: PreparedBatch, distinct: int) -> Steps[list[Enqueued]]:
+        # One span is current for the whole call: its context, beside each payload (tracing.py).
+        trace_context = tracing.current_context()
+        params = {
+            # Jsonb: one call of the JSON dumps psycopg is configured with (the application's,
+            # if it set one with set_json_dumps, as the single enqueue's request uses).
+            "batch": Jsonb(batch_document(batch)),
+            "trace_context": None if trace_context is None else Jsonb(trace_context),
+        }
+        rows = yield Query(self.queries["enqueue_many"], params)
+        created: list[int] = rows[0][0] or []
+        if len(created) == distinct:
+            return batch_answers(batch.requests, created, None)
+        # Some key was not new: which action each names (the new ones too, in this transaction).
+        keys = list(dict.fromkeys(request.idempotency_key for request in batch.requests))
+        found = yield Query(self.queries["find_by_keys"], {"keys": keys})
+        return batch_answers(batch.requests, created, self._found(batch.requests, found))
 
     def enqueue_many(
         self, conn: Connection[Any], requests: Sequence[ActionRequest]
@@ -410,35 +234,6 @@ class Outbox:
     ) -> list[Enqueued]:
         """The async twin of :meth:`enqueue_many`."""
         return await arun(conn, self.enqueue_many_steps(requests))
-
-    @staticmethod
-    def _refuse_inner_conflicts(prepared: Sequence[_Prepared]) -> None:
-        seen: dict[str, ActionRequest] = {}
-        for item in prepared:
-            request = item.request
-            first = seen.setdefault(request.idempotency_key, request)
-            if first.kind != request.kind or first.lane_key != request.lane_key:
-                raise IdempotencyConflict(
-                    "idempotency_key",
-                    f"{request.idempotency_key!r} is used twice in this batch for different "
-                    f"effects ({first.kind} in {first.lane_key!r}, {request.kind} in "
-                    f"{request.lane_key!r})",
-                )
-
-    @staticmethod
-    def _answers(
-        prepared: Sequence[_Prepared], created: dict[str, int], existing: dict[str, int]
-    ) -> list[Enqueued]:
-        answers = []
-        handed: set[str] = set()
-        for item in prepared:
-            key = item.request.idempotency_key
-            if key in created and key not in handed:
-                answers.append(Enqueued(created[key], True))
-                handed.add(key)
-            else:
-                answers.append(Enqueued(created.get(key) or existing[key], False))
-        return answers
 
     def _now_steps(self) -> Steps[datetime]:
         rows = yield Query(self.queries["database_now"])
@@ -454,7 +249,7 @@ class Outbox:
             found = yield Query(self.queries["action_by_id"], {"id": action_id})
             if found:
                 yield from self._admit_check_steps(Action.from_row(found[0]))
-        rows = yield Query(self.queries["admit"], {"id": action_id, "channel": self.channel})
+        rows = yield Query(self.queries["admit"], {"id": action_id})
         return bool(rows)
 
     def _admit_check_steps(self, proposal: Action) -> Steps[None]:

@@ -75,7 +75,7 @@ def json_problem(value: Any, path: str = "payload") -> tuple[str, str] | None:
     number, a value of another type. The message names the place (``payload.items[2]``) and
     never the value."""
     try:
-        if _clean(value):  # the common case, without building paths
+        if clean_json(value):  # the common case, without building paths
             return None
     except RecursionError:
         pass
@@ -124,7 +124,7 @@ def key_segment(key: object) -> str:
     return f"[{shown!r}]"
 
 
-def _clean(item: Any) -> bool:
+def clean_json(item: Any) -> bool:
     """Whether ``item`` surely passes :func:`json_problem` (exact built-in types only: anything
     else, and every problem, is left to its walk, which names the place)."""
     kind = type(item)
@@ -134,11 +134,11 @@ def _clean(item: Any) -> bool:
         for key, sub in item.items():
             if type(key) is not str or "\x00" in key or not (key.isascii() or _encodes(key)):
                 return False
-            if not _clean(sub):
+            if not clean_json(sub):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(_clean(sub) for sub in item)
+        return all(clean_json(sub) for sub in item)
     if kind is int:
         return bool(item.bit_length() <= _INT_BITS)
     if kind is float:

@@ -26,20 +26,34 @@ def quote_schema(schema: str) -> str:
     return f'"{schema}"'
 
 
+def channel_name(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of the schema's idle executors."""
+    return f"outbox_{schema}"
+
+
 def render(sql_text: str, schema: str) -> str:
-    """Put the quoted schema where the text says ``{schema}``."""
-    return sql_text.replace("{schema}", quote_schema(schema))
+    """Put the quoted schema where the text says ``{schema}``, and the schema's wake-up channel
+    as a string literal where it says ``{channel}`` (one parameter fewer for every enqueue to
+    adapt; the schema's name has no quote to escape, SCHEMA_NAME)."""
+    text = sql_text.replace("{schema}", quote_schema(schema))
+    return text.replace("{channel}", f"'{channel_name(schema)}'")
 
 
 def parse_named(text: str) -> dict[str, str]:
-    """Split a file of ``-- name: x`` sections into {name: statement}."""
+    """Split a file of ``-- name: x`` sections into {name: statement}. The comment lines that
+    open a section are for readers of the file and stay there: the statement sent is
+    ``-- x`` and the SQL (the client encodes and hashes a statement's text at every execution,
+    and a long comment costs that as much as SQL does; comments inside the SQL stay)."""
     parts = _NAME_LINE.split(text)
     named: dict[str, str] = {}
     for index in range(1, len(parts), 2):
         name, body = parts[index], parts[index + 1].strip()
         if name in named:
             raise ValueError(f"the statement name {name!r} is used twice")
-        named[name] = body
+        lines = body.splitlines()
+        while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+            lines.pop(0)
+        named[name] = "\n".join([f"-- {name}", *lines])
     return named
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, Connection
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from .errors import OutboxError
 
@@ -204,6 +204,13 @@ class _Driver:
         return db, statements
 
 
+def _returns_rows(cursor: Any) -> bool:
+    """Whether the statement just run returned rows (an INSERT without RETURNING does not):
+    its result's status, where ``cursor.description`` would build a column object each."""
+    result = cursor.pgresult
+    return result is not None and result.status == ExecStatus.TUPLES_OK
+
+
 def run(conn: Connection[Any] | None, steps: Steps[T]) -> T:
     """Carry out ``steps`` on a sync connection (None: an operation that runs no statement)."""
     driver = _Driver(
@@ -218,7 +225,7 @@ def run(conn: Connection[Any] | None, steps: Steps[T]) -> T:
             match step:
                 case Query(sql=sql, params=params):
                     cursor = driver.db(step).execute(sql, params)
-                    driver.answer(cursor.fetchall() if cursor.description is not None else [])
+                    driver.answer(cursor.fetchall() if _returns_rows(cursor) else [])
                 case Call(sync=None, what=what) | AsyncOnly(what=what):
                     raise NeedsAsync(what)
                 case Call(sync=call, args=args):
@@ -249,7 +256,7 @@ async def arun(conn: AsyncConnection[Any] | None, steps: Steps[T]) -> T:
             match step:
                 case Query(sql=sql, params=params):
                     cursor = await driver.db(step).execute(sql, params)
-                    driver.answer(await cursor.fetchall() if cursor.description else [])
+                    driver.answer(await cursor.fetchall() if _returns_rows(cursor) else [])
                 case Call(async_=call, args=args):
                     driver.answer(await call(conn, *args))
                 case AsyncOnly():

@@ -224,7 +224,9 @@ def _many(model: type[BaseModel]) -> TypeAdapter[list[BaseModel]]:
 
 def _validate(model: type[BaseModel], value: Any, field: str, kind: str) -> BaseModel:
     try:
-        return model.model_validate(value)
+        # model_validate() with its defaults, without its Python wrapper (half of its cost for
+        # a small payload: every enqueue validates one).
+        return model.__pydantic_validator__.validate_python(value)  # type: ignore[no-any-return]
     except ValidationError as exc:
         problems = "; ".join(
             f"{field}{''.join(key_segment(part) for part in error['loc'])}: {error['msg']}"

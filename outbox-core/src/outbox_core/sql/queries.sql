@@ -5,16 +5,24 @@
 -- waits for a concurrent insert of that key to commit or roll back), the lane's row (kept at
 -- or below the new action's due time, and locked until the caller commits, so a claim never
 -- decides about the lane without seeing this action), and the wake-up (NOTIFY is delivered
--- only when the caller commits). A proposal holds its lane too, so it gets the lane's row,
--- but no due time there (NULL: nothing to claim until it is admitted) and no wake-up.
+-- only when the caller commits). The request is one JSON array, its columns in the order of
+-- REQUEST_COLUMNS (enqueue_rows.py): one parameter for the client to adapt, not one per
+-- column, and no key names for it to encode.
+-- A wake-up only when the action is its lane's head and due: when its lane's row was written
+-- (a new lane, or one whose due time or head it lowered) with a due time that has come. An
+-- action behind its lane's head wakes nobody: the head's ending chains it or lowers the lane,
+-- as for every action behind a head. (PostgreSQL serialises the commits of transactions that
+-- notified, so a notification nobody needs costs concurrent producers their group commit.)
+-- A proposal holds its lane too, so it gets the lane's row, but no due time there (NULL:
+-- nothing to claim until it is admitted) and no wake-up.
 WITH new_action AS (
     INSERT INTO {schema}.agent_action (
         kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key, payload,
         subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
-    VALUES (
-        %(kind)s, %(at_most_once)s, %(instance_level)s, %(workspace_id)s, %(lane_key)s,
-        %(idempotency_key)s, %(payload)s, %(subject_account_id)s, %(state)s, %(max_attempts)s,
-        coalesce(%(due_at)s::timestamptz, now()), %(expires_at)s, %(trace_context)s)
+    SELECT r->>0, (r->>1)::boolean, (r->>2)::boolean, r->>3, r->>4, r->>5, r->6, r->>7, r->>8,
+           (r->>9)::integer, coalesce((r->>10)::timestamptz, now()), (r->>11)::timestamptz,
+           NULLIF(r->12, 'null'::jsonb)
+      FROM (SELECT %(request)s::jsonb AS r) request
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
@@ -30,44 +38,88 @@ WITH new_action AS (
      -- and index entries.
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
+    RETURNING next_at
 )
-SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM new_action WHERE state = 'ADMITTED')
+SELECT id, (SELECT count(pg_notify({channel}, '')) FROM lane WHERE next_at <= now())
   FROM new_action
 
 -- name: enqueue_many
 -- The bulk form: the same three steps for a batch of requests in one statement. The batch is
--- one JSON array, a row (an array) per request: its parsing costs the server less than the
--- client's quoting of a text array per column cost the client. The lane rows are upserted once
--- per lane (an upsert may not touch one row twice in a statement).
+-- one JSON object of columns (enqueue_rows.py): each a list of one value per request in the
+-- caller's order, or one value for every request (`whole` below); `each` zips the lists.
+-- Its parsing costs the server less than a parameter per column cost the client. The lane
+-- rows are upserted once per lane (an upsert may not touch one row twice in a statement), and
+-- one wake-up is sent when a lane's row was written due (see enqueue).
 -- Two batches that share keys must not deadlock: an insert whose key another transaction has
 -- just inserted waits for that transaction, so two batches that insert shared keys in
 -- different orders (one reversed) each wait for the other. Every batch therefore inserts in
 -- one canonical order, by key in byte order (COLLATE "C"), and takes its lane rows in lane
 -- order after all its inserts: each waits only for keys (then lanes) above every one it holds,
--- so no cycle can form. The client gives each row its rank in that order (Python orders str by
--- code point, which is UTF-8's byte order; a key repeated in the batch ranks in the caller's
--- order, so that its first request wins): an integer sort here, not a text one. The ids are
--- drawn in the caller's order, the order of the array, so that within a lane the actions
--- still run in the order the caller gave them.
-WITH input AS (
-    SELECT r->>0 AS kind, (r->>1)::boolean AS at_most_once, (r->>2)::boolean AS instance_level,
-           r->>3 AS workspace_id, r->>4 AS lane_key, r->>5 AS idempotency_key, r->6 AS payload,
-           r->>7 AS subject_account_id, r->>8 AS state, (r->>9)::integer AS max_attempts,
-           (r->>10)::timestamptz AS due_at, (r->>11)::timestamptz AS expires_at,
-           (r->>12)::integer AS key_order,
-           NULLIF(r->13, 'null'::jsonb) AS trace_context, position
-      FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, position)
+-- so no cycle can form. The client gives each request its rank in that order (`key_order`:
+-- Python orders str by code point, which is UTF-8's byte order; a key repeated in the batch
+-- ranks in the caller's order, so that its first request wins): an integer sort here, not a
+-- text one. The ids are drawn in the caller's order (`position`), so that within a lane the
+-- actions still run in the order the caller gave them, and the answer lists them ascending:
+-- the ids of the requests whose key was new, in the caller's order.
+WITH batch AS MATERIALIZED (
+    SELECT %(batch)s::jsonb AS b
+), whole AS MATERIALIZED (
+    SELECT CASE WHEN jsonb_typeof(b->'kind') <> 'array' THEN b->>'kind' END AS kind,
+           CASE WHEN jsonb_typeof(b->'at_most_once') <> 'array' THEN b->>'at_most_once' END AS at_most_once,
+           CASE WHEN jsonb_typeof(b->'instance_level') <> 'array' THEN b->>'instance_level' END AS instance_level,
+           CASE WHEN jsonb_typeof(b->'workspace_id') <> 'array' THEN b->>'workspace_id' END AS workspace_id,
+           CASE WHEN jsonb_typeof(b->'lane_key') <> 'array' THEN b->>'lane_key' END AS lane_key,
+           CASE WHEN jsonb_typeof(b->'subject_account_id') <> 'array' THEN b->>'subject_account_id' END AS subject_account_id,
+           CASE WHEN jsonb_typeof(b->'state') <> 'array' THEN b->>'state' END AS state,
+           CASE WHEN jsonb_typeof(b->'max_attempts') <> 'array' THEN b->>'max_attempts' END AS max_attempts,
+           CASE WHEN jsonb_typeof(b->'due_at') <> 'array' THEN b->>'due_at' END AS due_at,
+           CASE WHEN jsonb_typeof(b->'expires_at') <> 'array' THEN b->>'expires_at' END AS expires_at
+      FROM batch
+), input AS (
+    -- The columns given per request zipped by ROWS FROM; each argument is a subquery run once,
+    -- so the scan is not joined to the document and keeps its order (the ordinality's), which
+    -- the ids below are drawn in without a sort.
+    SELECT coalesce(each.kind, (SELECT kind FROM whole)) AS kind,
+           coalesce(each.at_most_once, (SELECT at_most_once FROM whole))::boolean AS at_most_once,
+           coalesce(each.instance_level, (SELECT instance_level FROM whole))::boolean
+               AS instance_level,
+           coalesce(each.workspace_id, (SELECT workspace_id FROM whole)) AS workspace_id,
+           coalesce(each.lane_key, (SELECT lane_key FROM whole)) AS lane_key,
+           each.idempotency_key, each.payload,
+           coalesce(each.subject_account_id, (SELECT subject_account_id FROM whole))
+               AS subject_account_id,
+           coalesce(each.state, (SELECT state FROM whole)) AS state,
+           coalesce(each.max_attempts, (SELECT max_attempts FROM whole))::integer AS max_attempts,
+           coalesce(each.due_at, (SELECT due_at FROM whole))::timestamptz AS due_at,
+           coalesce(each.expires_at, (SELECT expires_at FROM whole))::timestamptz AS expires_at,
+           each.key_order::integer AS key_order, each.position
+      FROM ROWS FROM (
+               jsonb_array_elements_text((SELECT b->'kind' FROM batch WHERE jsonb_typeof(b->'kind') = 'array')),
+               jsonb_array_elements_text((SELECT b->'at_most_once' FROM batch WHERE jsonb_typeof(b->'at_most_once') = 'array')),
+               jsonb_array_elements_text((SELECT b->'instance_level' FROM batch WHERE jsonb_typeof(b->'instance_level') = 'array')),
+               jsonb_array_elements_text((SELECT b->'workspace_id' FROM batch WHERE jsonb_typeof(b->'workspace_id') = 'array')),
+               jsonb_array_elements_text((SELECT b->'lane_key' FROM batch WHERE jsonb_typeof(b->'lane_key') = 'array')),
+               jsonb_array_elements_text((SELECT b->'idempotency_key' FROM batch)),
+               jsonb_array_elements((SELECT b->'payload' FROM batch)),
+               jsonb_array_elements_text((SELECT b->'subject_account_id' FROM batch WHERE jsonb_typeof(b->'subject_account_id') = 'array')),
+               jsonb_array_elements_text((SELECT b->'state' FROM batch WHERE jsonb_typeof(b->'state') = 'array')),
+               jsonb_array_elements_text((SELECT b->'max_attempts' FROM batch WHERE jsonb_typeof(b->'max_attempts') = 'array')),
+               jsonb_array_elements_text((SELECT b->'due_at' FROM batch WHERE jsonb_typeof(b->'due_at') = 'array')),
+               jsonb_array_elements_text((SELECT b->'expires_at' FROM batch WHERE jsonb_typeof(b->'expires_at') = 'array')),
+               jsonb_array_elements_text((SELECT b->'key_order' FROM batch))
+           ) WITH ORDINALITY AS each(kind, at_most_once, instance_level, workspace_id, lane_key,
+                                    idempotency_key, payload, subject_account_id, state,
+                                    max_attempts, due_at, expires_at, key_order, position)
 ), new_action AS (
     INSERT INTO {schema}.agent_action (
         id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
         payload, subject_account_id, state, max_attempts, due_at, expires_at, trace_context)
     SELECT id, kind, at_most_once, instance_level, workspace_id, lane_key, idempotency_key,
            payload, subject_account_id, state, max_attempts, coalesce(due_at, now()), expires_at,
-           trace_context
+           %(trace_context)s::jsonb
       FROM (-- The ids, drawn in the caller's order (no sort: the array's order; OFFSET 0 keeps
             -- the key sort below from drawing them in key order). A key that turns out to
-            -- exist wastes its id, as a conflicting insert of the column's default would. (An
-            -- array of ids indexed by position cost a copy of the whole array per row.)
+            -- exist wastes its id, as a conflicting insert of the column's default would.
             SELECT nextval((SELECT pg_get_serial_sequence('{schema}.agent_action', 'id')
                                    ::regclass)) AS id, input.*
               FROM input
@@ -76,13 +128,18 @@ WITH input AS (
      -- By key, as ranked by the client.
      ORDER BY key_order
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, kind, idempotency_key, lane_key, due_at, state
+    RETURNING id, kind, lane_key, due_at, state
 ), lane AS (
+    -- Each lane's first new action (its lowest id) and earliest admitted due time; the head's
+    -- kind by a join on its id (an array_agg(kind ORDER BY id) sorted each lane's group).
     INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
-    SELECT lane_key, min(due_at) FILTER (WHERE state = 'ADMITTED'), min(id),
-           (array_agg(kind ORDER BY id))[1] FROM new_action
-     GROUP BY lane_key
-     ORDER BY lane_key
+    SELECT per_lane.lane_key, per_lane.next_at, per_lane.head_id, head.kind
+      FROM (SELECT lane_key, min(due_at) FILTER (WHERE state = 'ADMITTED') AS next_at,
+                   min(id) AS head_id
+              FROM new_action
+             GROUP BY lane_key) per_lane
+      JOIN new_action head ON head.id = per_lane.head_id
+     ORDER BY per_lane.lane_key
     ON CONFLICT (lane_key) DO UPDATE
        SET next_at = LEAST(l.next_at, excluded.next_at),
            head_id = LEAST(l.head_id, excluded.head_id),
@@ -93,10 +150,11 @@ WITH input AS (
      -- and index entries.
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
+    RETURNING next_at
 )
-SELECT idempotency_key, id,
-       (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) n)
-  FROM new_action
+SELECT (SELECT array_agg(id ORDER BY id) FROM new_action),
+       (SELECT count(pg_notify({channel}, ''))
+          FROM (SELECT 1 FROM lane WHERE next_at <= now() LIMIT 1) due)
 
 -- name: trace_contexts
 -- The trace contexts stored at enqueue of the actions about to run (only while tracing is on).
@@ -135,7 +193,7 @@ WITH admitted AS (
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
-SELECT id, (SELECT count(pg_notify(%(channel)s, '')) FROM admitted) FROM admitted
+SELECT id, (SELECT count(pg_notify({channel}, '')) FROM admitted) FROM admitted
 
 -- name: cancel_unstarted
 -- An operator's or a proposal's refusal: only an action that has not started. An admitted
