@@ -751,9 +751,11 @@ def http_markdown(table: Table, info: dict[str, Any], repeat: int, quick: bool) 
         )
     lines += [
         "",
-        "Every run (values outbox / pgqueuer / aiohttp alone; CPU over the timed window, from "
-        "/proc; the executor's is pgqueuer's whole worker process and the client's process "
-        "alone; PostgreSQL's is every `postgres` process on the machine):",
+        "Every run (values outbox / pgqueuer / aiohttp alone, in the order they ran; CPU over "
+        "the timed window, from /proc. Executor: outbox's executor process, pgqueuer's bench "
+        "process (its worker; the enqueue comes before the window), the client's process. "
+        "PostgreSQL: every `postgres` process on the machine, so other work on the server "
+        "counts too):",
         "",
         "| workload | run: start (UTC), load | posts/s | outbox / pgqueuer | executor CPU, µs a "
         "post | PostgreSQL CPU, µs a post | loopback server: % of a core, µs a post | answers "
@@ -855,6 +857,7 @@ def http_plot(table: Table, path: Path) -> None:
                 marker="o",
                 capsize=3,
                 label=label,
+                alpha=0.6 if system == ALONE else 1.0,  # the ceiling, behind the queues
             )
             right.plot(xs, shares, color=color, linestyle=style, marker="o", label=label)
             for x, y, b in zip(xs, ys, bound, strict=True):
