@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pydantic import BaseModel
 
@@ -23,12 +23,17 @@ from outbox_core import (
     ActionVariants,
     AdapterResult,
     Done,
+    Failed,
     KindRegistry,
     Outbox,
     OutboxSettings,
+    PerLoop,
 )
 from outbox_core.plugins import build_host
 from outbox_core.testing.database import OutboxTestDatabase, build_template, fresh_database
+
+if TYPE_CHECKING:
+    import aiohttp
 
 ADMIN_URL = os.environ.get("OUTBOX_BENCH_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -158,7 +163,62 @@ class BenchOther(BenchNoop):
     kind = "BENCH_OTHER"
 
 
-BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther, BenchFiltered)
+HTTP_URL_ENV = "OUTBOX_BENCH_HTTP_URL"
+
+
+class BenchHttp(ActionAdapter):
+    """Posts each action to the loopback provider (`bench/loopback_http.py`, its URL in
+    OUTBOX_BENCH_HTTP_URL) and ends it `Done` on a 2xx answer: the work users run. One aiohttp
+    session per executor process (per event loop), its connection pool as large as the
+    executor's `concurrency`, so that no attempt waits for a connection. No slot limit of its
+    own (`max_concurrency` None): the executor's `concurrency` is the number of posts in flight.
+    pgqueuer's `burn_http` handler (bench/peers/pgqueuer_bench.py) posts the same body with the
+    same client and the same pool."""
+
+    kind = "BENCH_HTTP"
+    instance_level = True
+    provider_timeout_seconds = 30.0
+
+    def __init__(self, url: str = "", connections: int = 100) -> None:
+        self.url = url
+        self.connections = connections
+        self._session: PerLoop[aiohttp.ClientSession] = PerLoop(self._open, _close_session)
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Job)
+
+    @classmethod
+    def build(cls, settings: OutboxSettings) -> Self:
+        import aiohttp  # noqa: F401  (imported when an executor builds the adapter)
+
+        return cls(os.environ.get(HTTP_URL_ENV, ""), settings.concurrency)
+
+    def _open(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.connections),
+            timeout=aiohttp.ClientTimeout(total=self.provider_timeout_seconds),
+        )
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        body = {"channel": attempt.lane_key, "text": f"message {attempt.id}"}
+        async with self._session.get().post(self.url, json=body) as response:
+            await response.read()
+            if 200 <= response.status < 300:
+                return Done()
+            return Failed(detail=f"HTTP {response.status}")
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
+
+
+async def _close_session(session: aiohttp.ClientSession) -> None:
+    await session.close()
+
+
+BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther, BenchFiltered, BenchHttp)
 
 
 def postgres_cpu_seconds() -> float:

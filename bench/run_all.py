@@ -7,6 +7,12 @@ Writes bench/results/<stamp>.json, docs/benchmarks.png and the generated part of
 docs/benchmarks.md (between its `generated` markers). Each figure is the median of the runs,
 with min and max; ratios outbox/peer are computed run by run (same run, same moment), then
 their median is taken. Runs of one workload are interleaved across systems.
+
+The HTTP burn-downs (`http_<latency>ms_c<concurrency>`: each action posts to a loopback server
+that answers after the latency) have their own generated part (`generated:http` markers, in the
+section of issue 23) and plot (docs/benchmarks_http.png); a run writes only the parts whose
+workloads it ran. Within a run, once the loopback server was the limit (its CPU near a core) at
+one concurrency, that system's higher concurrencies at the same latency are not run.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,10 @@ class Case:
     command: list[str]
     figure: str = "rate_per_s"
     note: str = ""
+    # HTTP burn-downs: the group whose higher levels (concurrencies) are not run once the
+    # loopback server was the limit at a lower one, in the same run.
+    stop_group: str = ""
+    level: int = 0
 
 
 @dataclass
@@ -53,6 +64,8 @@ class Sizes:
     latency: int
     hot_lane: int
     producer_actions: int
+    # HTTP burn-downs: actions per (latency in ms, concurrency), each run about 10-15 s.
+    http: dict[tuple[int, int], int] = field(default_factory=dict)
     peer_burn: int = 0  # 0: the same as burn
 
     @classmethod
@@ -65,6 +78,16 @@ class Sizes:
             latency=200,
             hot_lane=5_000,
             producer_actions=4_096,
+            # Measured on the 2-core machine (2026-12-01): about 3,000 posts/s at 5 ms, 1,000/s
+            # at 50 ms and concurrency 100 (bound by the latency), 2,000/s above.
+            http={
+                (5, 100): 40_000,
+                (5, 500): 40_000,
+                (5, 1500): 40_000,
+                (50, 100): 15_000,
+                (50, 500): 30_000,
+                (50, 1500): 30_000,
+            },
         )
 
     @classmethod
@@ -77,12 +100,16 @@ class Sizes:
             latency=10,
             hot_lane=50,
             producer_actions=128,
+            # One HTTP burn-down (a burn costs seconds to set up), with a large pool.
+            http={(5, 1500): 300},
         )
 
 
 PEERS = (("procrastinate", "psycopg"), ("pgqueuer", "asyncpg"), ("pgqueuer", "psycopg"))
 RAW, RAW_JSON, RAW_NOTIFY = "raw SQL", "raw SQL (JSON batch)", "raw SQL + NOTIFY"
-OURS = frozenset({"outbox", RAW, RAW_JSON, RAW_NOTIFY})  # measured by outbox's own scripts
+ALONE = "aiohttp alone (no queue)"
+# measured by outbox's own scripts
+OURS = frozenset({"outbox", RAW, RAW_JSON, RAW_NOTIFY, ALONE})
 PRODUCERS = (1, 4, 16, 64)
 NO_LANES = "no lanes, no fences: each job runs alone"
 
@@ -291,6 +318,68 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
                         note=NO_LANES if workload.startswith("burn") else "",
                     )
                 )
+    return out + http_cases(sizes, peers_python)
+
+
+HTTP_START, HTTP_END = "<!-- generated:http:start -->", "<!-- generated:http:end -->"
+HTTP_PEER = "pgqueuer (asyncpg)"
+
+
+def http_workload(latency_ms: int, concurrency: int) -> str:
+    return f"http_{latency_ms}ms_c{concurrency}"
+
+
+def is_http(workload: str) -> bool:
+    return workload.startswith("http_")
+
+
+def http_cases(sizes: Sizes, peers_python: str) -> list[Case]:
+    """The HTTP burn-downs: per latency, concurrency rising; per workload outbox, pgqueuer and
+    the client alone one after the other, so that each ratio compares the same moment."""
+    py = sys.executable
+    out = []
+    for (latency, concurrency), n in sorted(sizes.http.items()):
+        workload = http_workload(latency, concurrency)
+        lanes = max(1, n // 10)
+        common = ["--concurrency", str(concurrency)]
+        out += [
+            Case(
+                workload,
+                "outbox",
+                [
+                    *(py, str(HERE / "throughput.py"), "burn", "--kind", "http"),
+                    *("--http-latency-ms", str(latency), *common),
+                    *("--actions", str(n), "--lanes", str(lanes)),
+                ],
+                note=f"{lanes} lanes of 10 actions, 1 process, claim batch 500, pool 5",
+                stop_group=f"http_{latency}ms/outbox",
+                level=concurrency,
+            ),
+            Case(
+                workload,
+                HTTP_PEER,
+                [
+                    *(peers_python, str(HERE / "peers" / "pgqueuer_bench.py"), "--dsn", DSN),
+                    *("--workload", "burn_http", "--n", str(n), "--driver", "asyncpg"),
+                    *("--http-latency-ms", str(latency), *common),
+                ],
+                note=f"max_concurrent_tasks {concurrency}, batch {min(500, concurrency // 2)}; "
+                + NO_LANES,
+                stop_group=f"http_{latency}ms/pgqueuer",
+                level=concurrency,
+            ),
+            Case(
+                workload,
+                ALONE,
+                [
+                    *(py, str(HERE / "loopback_http.py"), "client"),
+                    *("--delay-ms", str(latency), *common, "--requests", str(n)),
+                ],
+                note="the same posts from one process without a queue: the client's ceiling",
+                stop_group=f"http_{latency}ms/alone",
+                level=concurrency,
+            ),
+        ]
     return out
 
 
@@ -317,6 +406,22 @@ class Table:
     errors: dict[tuple[str, str], str] = field(default_factory=dict)
     notes: dict[tuple[str, str], str] = field(default_factory=dict)
     raw: list[dict[str, Any]] = field(default_factory=list)
+    # (workload, system, run): why that run was not made.
+    skipped: dict[tuple[str, str, int], str] = field(default_factory=dict)
+
+    def only(self, wanted: Callable[[str], bool]) -> Table:
+        """The figures of the workloads that `wanted` accepts."""
+        return Table(
+            runs={k: v for k, v in self.runs.items() if wanted(k[0])},
+            errors={k: v for k, v in self.errors.items() if wanted(k[0])},
+            notes={k: v for k, v in self.notes.items() if wanted(k[0])},
+            raw=[r for r in self.raw if wanted(r.get("workload", ""))],
+            skipped={k: v for k, v in self.skipped.items() if wanted(k[0])},
+        )
+
+
+def loopback_saturated(result: dict[str, Any]) -> bool:
+    return bool(result.get("http", {}).get("loopback", {}).get("saturated"))
 
 
 def measure(selected: list[Case], repeat: int, timeout: float) -> Table:
@@ -324,9 +429,18 @@ def measure(selected: list[Case], repeat: int, timeout: float) -> Table:
     cache: dict[tuple[str, ...], dict[str, Any]] = {}
     for run in range(repeat):
         cache.clear()  # one process run serves every figure it reports, within one repeat
+        stopped: dict[
+            str, int
+        ] = {}  # stop group: the level where the loopback server was the limit
         for case in selected:
             key = (case.workload, case.system)
             table.notes[key] = case.note
+            if case.stop_group in stopped and case.level > stopped[case.stop_group]:
+                table.skipped[(*key, run + 1)] = (
+                    f"not run: the loopback server was the limit at concurrency "
+                    f"{stopped[case.stop_group]:,}"
+                )
+                continue
             try:
                 result = cache.get(tuple(case.command))
                 if result is None:
@@ -335,17 +449,26 @@ def measure(selected: list[Case], repeat: int, timeout: float) -> Table:
                         file=sys.stderr,
                         flush=True,
                     )
+                    started = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S}"
+                    load = round(os.getloadavg()[0], 2)  # the 1-minute load average, as uptime
                     result = run_once(case.command, timeout)
                     cache[tuple(case.command)] = result
                     table.raw.append(
                         {
                             "run": run + 1,
+                            "workload": case.workload,
+                            "at": started,
+                            "loadavg": load,
                             "system": case.system,
                             "command": case.command[1:],
                             "result": result,
                         }
                     )
                 table.runs.setdefault(key, []).append(summary_of(result, case.figure))
+                if case.stop_group and loopback_saturated(result):
+                    stopped[case.stop_group] = min(
+                        case.level, stopped.get(case.stop_group, case.level)
+                    )
             except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as exc:
                 table.errors[key] = str(exc)[:200]
                 print(f"  failed: {exc}", file=sys.stderr, flush=True)
@@ -484,14 +607,277 @@ def plot(table: Table, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def write_markdown(section: str, docs: Path) -> None:
+def write_markdown(section: str, docs: Path, start: str = START, end: str = END) -> None:
     page = docs / "benchmarks.md"
-    text = page.read_text("utf-8") if page.exists() else f"# Benchmarks\n\n{START}\n{END}\n"
-    if START not in text:
-        text += f"\n{START}\n{END}\n"
-    before, rest = text.split(START, 1)
-    _, after = rest.split(END, 1)
+    text = page.read_text("utf-8") if page.exists() else "# Benchmarks\n"
+    if start not in text:
+        text += f"\n{start}\n{end}\n"
+    before, rest = text.split(start, 1)
+    _, after = rest.split(end, 1)
     page.write_text(before + section + after, "utf-8")
+
+
+# ---------------------------------------------------------------------------
+# The HTTP burn-downs' part of the page and their plot
+# ---------------------------------------------------------------------------
+
+SERVER_BOUND = "‡"
+HTTP_NOTES = {
+    "outbox": "one executor process, `concurrency` = the concurrency, claim batch 500, pool 5 "
+    "(throughput.py's defaults); the actions in lanes of 10 (actions / 10 lanes); the `BENCH_HTTP` "
+    "kind, no fence, one aiohttp session with a pool of `concurrency` connections",
+    HTTP_PEER: "one `QueueManager`, `max_concurrent_tasks` = the concurrency, batch size "
+    "min(500, concurrency / 2) (pgqueuer wants the cap at least twice the batch), "
+    "AsyncpgPoolDriver; the same aiohttp session and pool; " + NO_LANES,
+    ALONE: "the same posts by `concurrency` tasks looping over one aiohttp session, no queue and "
+    "no database: what one process's client carries",
+}
+
+
+def http_levels(table: Table) -> list[tuple[int, int]]:
+    """The (latency, concurrency) pairs measured, in order."""
+    found = set()
+    for workload, _ in [*table.runs, *table.errors, *((w, s) for w, s, _ in table.skipped)]:
+        latency, concurrency = workload.removeprefix("http_").split("ms_c")
+        found.add((int(latency), int(concurrency)))
+    return sorted(found)
+
+
+def http_results(table: Table) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Each HTTP run's entry (result, start, load average) by (workload, system, run)."""
+    return {(r["workload"], r["system"], r["run"]): r for r in table.raw}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _rate_cell(values: list[float] | None, bound: bool) -> str:
+    if not values:
+        return "n/a"
+    mark = f" {SERVER_BOUND}" if bound else ""
+    median = statistics.median(values)
+    if len(values) == 1:
+        return f"{median:,.0f}/s{mark}"
+    return f"{median:,.0f}/s [{min(values):,.0f} – {max(values):,.0f}]{mark}"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return ours / theirs if ours and theirs else None
+
+
+def _ratios_cell(ratios: list[float]) -> str:
+    if not ratios:
+        return "n/a"
+    listed = " / ".join(f"{r:.2f}" for r in ratios)
+    return f"**{statistics.median(ratios):.2f}×** ({listed})" if len(ratios) > 1 else listed + "×"
+
+
+def _figure(entry: dict[str, Any] | None, *path: str) -> float | None:
+    value: Any = entry["result"] if entry else None
+    for name in path:
+        if not isinstance(value, dict) or name not in value:
+            return None
+        value = value[name]
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _cells(
+    entries: list[dict[str, Any] | None], path: tuple[str, ...], fmt: str, scale: float = 1.0
+) -> str:
+    values = [_figure(entry, *path) for entry in entries]
+    return " / ".join("–" if v is None else format(v * scale, fmt) for v in values)
+
+
+def http_markdown(table: Table, info: dict[str, Any], repeat: int, quick: bool) -> str:
+    """The generated part of the HTTP section: the medians and ratios, then every run."""
+    results = http_results(table)
+    runs = sorted({run for _, _, run in results} | {run for _, _, run in table.skipped})
+    systems = ("outbox", HTTP_PEER, ALONE)
+    loads = [r["loadavg"] for r in table.raw if "loadavg" in r]
+    stamps = sorted(r["at"] for r in table.raw if "at" in r)
+    lines = [
+        HTTP_START,
+        f"_Generated by `bench/run_all.py{' --quick' if quick else ''}` "
+        f"({stamps[0] if stamps else '?'} – {stamps[-1][11:] if stamps else '?'} UTC, "
+        f"load average {min(loads, default=0):.2f}–{max(loads, default=0):.2f} at the runs' "
+        f"starts): {info['cores']} cores, Python {info['python']}, PostgreSQL "
+        f"{info['postgresql']}; {repeat} run(s), each running every system once, one after "
+        "the other, per workload. Rates are posts per second (median [min – max]); ratios are "
+        f"taken run by run. {SERVER_BOUND}: the loopback server was the limit (at least "
+        "85 % of a core) in a run._",
+        "",
+        "![posts per second against concurrency](benchmarks_http.png)",
+        "",
+        "| provider latency | concurrency | outbox | pgqueuer (asyncpg) | outbox / pgqueuer, "
+        "median (run by run) | aiohttp alone, no queue | outbox / aiohttp alone | "
+        "loopback server, % of a core (outbox / pgqueuer / alone) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for latency, concurrency in http_levels(table):
+        workload = http_workload(latency, concurrency)
+        cells = []
+        for system in systems:
+            entries = [results.get((workload, system, run)) for run in runs]
+            bound = any(loopback_saturated(e["result"]) for e in entries if e)
+            values = table.runs.get((workload, system))
+            if not values and any(k[:2] == (workload, system) for k in table.skipped):
+                cells.append("not run (server-bound below)")
+            elif not values and (workload, system) in table.errors:
+                cells.append("failed")
+            else:
+                cells.append(_rate_cell(values, bound))
+        ours = [results.get((workload, "outbox", run)) for run in runs]
+        peer = [results.get((workload, HTTP_PEER, run)) for run in runs]
+        alone = [results.get((workload, ALONE, run)) for run in runs]
+        to_peer = [
+            r
+            for o, p in zip(ours, peer, strict=True)
+            if (r := _ratio(_figure(o, "rate_per_s"), _figure(p, "rate_per_s")))
+        ]
+        to_alone = [
+            r
+            for o, a in zip(ours, alone, strict=True)
+            if (r := _ratio(_figure(o, "rate_per_s"), _figure(a, "rate_per_s")))
+        ]
+        shares = [
+            _median([v for e in group if (v := _figure(e, "http", "loopback", "core_share"))])
+            for group in (ours, peer, alone)
+        ]
+        share_cell = " / ".join("–" if v is None else f"{v * 100:.0f} %" for v in shares)
+        lines.append(
+            f"| {latency} ms | {concurrency:,} | {cells[0]} | {cells[1]} | "
+            f"{_ratios_cell(to_peer)} | {cells[2]} | {_ratios_cell(to_alone)} | {share_cell} |"
+        )
+    lines += [
+        "",
+        "Every run (values outbox / pgqueuer / aiohttp alone, in the order they ran; CPU over "
+        "the timed window, from /proc. Executor: outbox's executor process, pgqueuer's bench "
+        "process (its worker; the enqueue comes before the window), the client's process. "
+        "PostgreSQL: every `postgres` process on the machine, so other work on the server "
+        "counts too):",
+        "",
+        "| workload | run: start (UTC), load | posts/s | outbox / pgqueuer | executor CPU, µs a "
+        "post | PostgreSQL CPU, µs a post | loopback server: % of a core, µs a post | answers "
+        "late by, mean ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for latency, concurrency in http_levels(table):
+        workload = http_workload(latency, concurrency)
+        for run in runs:
+            entries = [results.get((workload, system, run)) for system in systems]
+            present = [e for e in entries if e]
+            if not present:
+                continue
+            first = min(present, key=lambda e: e["at"])
+            rates = []
+            for system, entry in zip(systems, entries, strict=True):
+                if entry is None:
+                    skipped = (workload, system, run) in table.skipped
+                    rates.append("not run" if skipped else "–")
+                    continue
+                mark = f" {SERVER_BOUND}" if loopback_saturated(entry["result"]) else ""
+                rates.append(f"{entry['result']['rate_per_s']:,.0f}{mark}")
+            ratio = _ratio(_figure(entries[0], "rate_per_s"), _figure(entries[1], "rate_per_s"))
+            executor = [
+                _figure(e, "worker_window_cpu_us_per_action")
+                if e and e["system"] == "outbox"
+                else _figure(e, "worker_cpu_us_per_action")
+                for e in entries
+            ]
+            executor_cell = " / ".join("–" if v is None else f"{v:,.0f}" for v in executor)
+            share = _cells(entries, ("http", "loopback", "core_share"), ".0f", 100)
+            per_post = _cells(entries, ("http", "loopback", "cpu_us_per_request"), ".0f")
+            lines.append(
+                f"| {workload} | {run}: {first['at'][11:16]}, {first['loadavg']:.2f} | "
+                f"{' / '.join(rates)} | {'n/a' if ratio is None else f'{ratio:.2f}×'} | "
+                f"{executor_cell} | {_cells(entries[:2], ('server_cpu_us_per_action',), ',.0f')} | "
+                f"{share} %, {per_post} | "
+                f"{_cells(entries, ('http', 'loopback', 'late_mean_ms'), '.1f')} |"
+            )
+    measured = {system for _, system in table.runs}
+    lines += ["", "Settings:"]
+    lines += [f"- {system}: {HTTP_NOTES[system]}" for system in systems if system in measured]
+    if table.errors:
+        lines += ["", "Failed runs:"] + [
+            f"- {w} / {s}: {e}" for (w, s), e in sorted(table.errors.items())
+        ]
+    if table.skipped:
+        lines += ["", "Not run:"] + [
+            f"- {w} / {s}, run {run}: {why}" for (w, s, run), why in sorted(table.skipped.items())
+        ]
+    lines.append(HTTP_END)
+    return "\n".join(lines)
+
+
+def http_plot(table: Table, path: Path) -> None:
+    """Posts per second against concurrency (left) and the loopback server's CPU (right), one
+    line per system and latency; a server-bound point is marked with a cross."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = http_results(table)
+    levels = http_levels(table)
+    latencies = sorted({latency for latency, _ in levels})
+    colors = {"outbox": "tab:blue", HTTP_PEER: "tab:orange", ALONE: "tab:gray"}
+    styles = ["-", "--", ":", "-."]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2))
+    for system, color in colors.items():
+        for index, latency in enumerate(latencies):
+            xs, ys, lows, highs, shares, bound = [], [], [], [], [], []
+            for lat, concurrency in levels:
+                values = table.runs.get((http_workload(lat, concurrency), system))
+                if lat != latency or not values:
+                    continue
+                entries = [
+                    e
+                    for (w, s, _), e in results.items()
+                    if (w, s) == (http_workload(lat, concurrency), system)
+                ]
+                median = statistics.median(values)
+                xs.append(concurrency)
+                ys.append(median)
+                lows.append(median - min(values))
+                highs.append(max(values) - median)
+                share = [_figure(e, "http", "loopback", "core_share") or 0.0 for e in entries]
+                shares.append(100 * statistics.median(share) if share else 0.0)
+                bound.append(any(loopback_saturated(e["result"]) for e in entries))
+            if not xs:
+                continue
+            label = f"{system}, {latency} ms"
+            style = styles[index % len(styles)]
+            left.errorbar(
+                xs,
+                ys,
+                yerr=[lows, highs],
+                color=color,
+                linestyle=style,
+                marker="o",
+                capsize=3,
+                label=label,
+                alpha=0.6 if system == ALONE else 1.0,  # the ceiling, behind the queues
+            )
+            right.plot(xs, shares, color=color, linestyle=style, marker="o", label=label)
+            for x, y, b in zip(xs, ys, bound, strict=True):
+                if b:
+                    left.plot([x], [y], marker="x", markersize=12, color="red")
+    for axis in (left, right):
+        axis.set_xscale("log")
+        axis.set_xticks([c for _, c in levels], [f"{c:,}" for _, c in levels])
+        axis.minorticks_off()
+        axis.set_xlabel("concurrency (posts in flight at most)")
+        axis.legend(fontsize=8)
+    left.set_ylabel("posts per second, one worker process (higher is better)")
+    left.set_ylim(bottom=0)
+    left.set_title("Burn-down through a loopback HTTP provider")
+    right.set_ylabel("loopback server CPU, % of one core")
+    right.axhline(85, color="red", linewidth=0.8, linestyle=":")
+    right.set_ylim(0, 100)
+    right.set_title("The provider's own CPU (red: where it would be the limit)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -502,7 +888,11 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=None, help="runs of each figure (default 3, 1 with --quick)"
     )
-    parser.add_argument("--only", default=None, help="comma-separated workloads to run")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated workloads to run (`http`: every HTTP burn-down)",
+    )
     parser.add_argument(
         "--peers-python",
         default=sys.executable,
@@ -537,7 +927,11 @@ def main() -> None:
     if args.only:
         wanted = set(args.only.split(","))
         selected = [
-            c for c in selected if c.workload in wanted or c.workload.removesuffix("_p99") in wanted
+            c
+            for c in selected
+            if c.workload in wanted
+            or c.workload.removesuffix("_p99") in wanted
+            or ("http" in wanted and is_http(c.workload))  # `--only http`: every HTTP burn-down
         ]
     info = machine()
     table = measure(selected, repeat, args.timeout)
@@ -551,14 +945,25 @@ def main() -> None:
                 "quick": args.quick,
                 "runs": table.raw,
                 "errors": table.errors,
+                "skipped": {" / ".join(map(str, k)): v for k, v in table.skipped.items()},
             },
             indent=1,
             default=str,
         )
     )
     args.docs.mkdir(parents=True, exist_ok=True)
-    plot(table, args.docs / "benchmarks.png")
-    write_markdown(markdown(table, info, repeat, args.quick), args.docs)
+    # Each generated part is written only by a run that measured its workloads, so that
+    # `--only http` leaves the main table alone, and the other way round.
+    main_table = table.only(lambda workload: not is_http(workload))
+    if main_table.runs or main_table.errors:
+        plot(main_table, args.docs / "benchmarks.png")
+        write_markdown(markdown(main_table, info, repeat, args.quick), args.docs)
+    http_table = table.only(is_http)
+    if http_table.runs or http_table.errors:
+        http_plot(http_table, args.docs / "benchmarks_http.png")
+        write_markdown(
+            http_markdown(http_table, info, repeat, args.quick), args.docs, HTTP_START, HTTP_END
+        )
     print(
         json.dumps(
             {

@@ -6,7 +6,12 @@ database clock). Optionally with a million other actions pending, at lower ids, 
 four shapes. Latency: an idle executor, actions enqueued one at a time; enqueue commit to
 adapter start, p50/p99.
 
+`--kind http`: each action posts to a loopback HTTP server (bench/loopback_http.py, a process
+of its own) that answers after `--http-latency-ms`; the result adds that server's CPU over the
+timed window (`loopback`) and whether it was the limit (`loopback.saturated`).
+
     python bench/throughput.py burn --kind noop --processes 1 [--pending SHAPE]
+    python bench/throughput.py burn --kind http --http-latency-ms 5 --concurrency 500
     python bench/throughput.py latency --samples 300
 """
 
@@ -28,6 +33,7 @@ from typing import Any
 import psycopg
 from harness import (
     BENCH_KINDS,
+    HTTP_URL_ENV,
     BenchLatency,
     Timer,
     bench_database,
@@ -36,6 +42,7 @@ from harness import (
     percentile,
     postgres_cpu_seconds,
 )
+from loopback_http import LoopbackServer, process_cpu_seconds, server_figures
 
 from outbox_core import ActionRequest, KindRegistry, Outbox, OutboxSettings
 from outbox_core.executor import Executor
@@ -46,6 +53,7 @@ KINDS = {
     "fenced": "BENCH_FENCED",
     "latency": "BENCH_LATENCY",
     "filtered": "BENCH_FILTERED",
+    "http": "BENCH_HTTP",
 }
 PENDING_SHAPES = ("none", "one_lane", "claimable", "not_due", "lanes_10k")
 
@@ -212,6 +220,24 @@ def stop_workers(procs: list[subprocess.Popen[str]]) -> dict[str, list[float]]:
 
 def burn(args: argparse.Namespace) -> dict[str, Any]:
     kind = KINDS[args.kind]
+    with contextlib.ExitStack() as stack:
+        loopback = None
+        if args.kind == "http":
+            loopback = stack.enter_context(LoopbackServer(args.http_latency_ms))
+            os.environ[HTTP_URL_ENV] = loopback.url  # the workers inherit it
+        result = burn_in(args, kind, loopback)
+    if loopback is not None:
+        window = result.pop("_loopback_window")
+        result["http"] = {
+            "latency_ms": args.http_latency_ms,
+            "loopback": server_figures(
+                loopback.report, window["cpu_s"], window["seconds"], args.actions
+            ),
+        }
+    return result
+
+
+def burn_in(args: argparse.Namespace, kind: str, loopback: LoopbackServer | None) -> dict[str, Any]:
     with bench_database() as db:
         outbox = db.outbox
         with psycopg.connect(db.url, autocommit=True) as conn:
@@ -254,6 +280,9 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                 conn.execute("SELECT pg_stat_statements_reset()")
         procs = start_workers(db.url, args, args.kind)
         cpu_before = postgres_cpu_seconds()
+        workers_before = sum(process_cpu_seconds(proc.pid) for proc in procs)
+        loopback_before = loopback.cpu_seconds() if loopback is not None else 0.0
+        window_started = time.monotonic()
         with psycopg.connect(db.url, autocommit=True) as conn:
             go_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             conn.execute("NOTIFY bench_go")
@@ -277,6 +306,9 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.5)
             # Before the counts below, which scan the table.
             server_cpu = postgres_cpu_seconds() - cpu_before
+            workers_cpu = sum(process_cpu_seconds(proc.pid) for proc in procs) - workers_before
+            loopback_cpu = loopback.cpu_seconds() - loopback_before if loopback else 0.0
+            window_seconds = time.monotonic() - window_started
             end_at = conn.execute(
                 "SELECT max(ended_at) FROM outbox.agent_action WHERE kind = %s AND lane_key LIKE 'mlane%%'",
                 (kind,),
@@ -306,7 +338,11 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
         "rate_per_s": round(args.actions / seconds),
         "max_rss_mb": max(reports["rss_mb"], default=None),
         "worker_cpu_us_per_action": round(sum(reports["cpu_s"]) / args.actions * 1e6, 1),
+        # The workers' CPU from go to the end of the burn only (/proc), without their start.
+        "worker_window_cpu_us_per_action": round(workers_cpu / args.actions * 1e6, 1),
+        "worker_core_share": round(workers_cpu / window_seconds, 3),
         "server_cpu_us_per_action": round(server_cpu / args.actions * 1e6, 1),
+        "server_core_share": round(server_cpu / window_seconds, 3),
         "settings": {
             "concurrency": args.concurrency,
             "claim_batch": args.claim_batch,
@@ -315,6 +351,8 @@ def burn(args: argparse.Namespace) -> dict[str, Any]:
     }
     if statements:
         result["pg_stat_statements"] = [list(map(str, row)) for row in statements]
+    if loopback is not None:
+        result["_loopback_window"] = {"cpu_s": loopback_cpu, "seconds": window_seconds}
     return result
 
 
@@ -371,6 +409,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1500)
     parser.add_argument("--claim-batch", type=int, default=500)
     parser.add_argument("--pool-size", type=int, default=5)
+    parser.add_argument(
+        "--http-latency-ms",
+        type=float,
+        default=5.0,
+        help="--kind http: the loopback server answers each post after this many ms",
+    )
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--gap", type=float, default=0.02)
     parser.add_argument("--timeout", type=float, default=600)

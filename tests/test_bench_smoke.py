@@ -57,9 +57,15 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
         ("producers_16", run_all.RAW_NOTIFY),
     ):
         assert figures[f"{workload} / {system}"] > 0, (workload, system)
+    for system in ("outbox", run_all.ALONE):
+        assert figures[f"http_5ms_c1500 / {system}"] > 0, system
     page = (tmp_path / "benchmarks.md").read_text()
     assert run_all.START in page and "| burn |" in page
     assert (tmp_path / "benchmarks.png").stat().st_size > 10_000
+    http_part = page.split(run_all.HTTP_START, 1)[1].split(run_all.HTTP_END, 1)[0]
+    assert "| 5 ms | 1,500 |" in http_part
+    assert "| burn |" not in http_part
+    assert (tmp_path / "benchmarks_http.png").stat().st_size > 10_000
 
 
 def test_ratios_are_taken_run_by_run_and_peers_without_a_feature_are_marked(tmp_path: Path) -> None:
@@ -79,6 +85,69 @@ def test_ratios_are_taken_run_by_run_and_peers_without_a_feature_are_marked(tmp_
     assert "| latency | 1.50× |" in text  # latency inverted: 4/2 and 4/4
     assert run_all.NO_LANES in text
     run_all.plot(table, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 5_000
+
+
+def _http_result(rate: float, saturated: bool) -> dict[str, object]:
+    loopback = {"core_share": 0.9 if saturated else 0.1, "saturated": saturated}
+    return {"rate_per_s": rate, "worker_cpu_us_per_action": 100.0, "http": {"loopback": loopback}}
+
+
+def test_a_system_stops_raising_concurrency_once_the_loopback_server_was_the_limit() -> None:
+    def case(system: str, concurrency: int, saturated: bool) -> run_all.Case:
+        result = json.dumps(_http_result(1000.0, saturated))
+        return run_all.Case(
+            run_all.http_workload(5, concurrency),
+            system,
+            [sys.executable, "-c", f"print({result!r})"],
+            stop_group=f"http_5ms/{system}",
+            level=concurrency,
+        )
+
+    cases = [
+        case("outbox", 100, False),
+        case("pgqueuer (asyncpg)", 100, False),
+        case("outbox", 500, True),  # the server was the limit here: 1,500 is not run
+        case("pgqueuer (asyncpg)", 500, False),
+        case("outbox", 1500, False),
+        case("pgqueuer (asyncpg)", 1500, False),
+    ]
+    table = run_all.measure(cases, repeat=2, timeout=60)
+    assert len(table.runs[("http_5ms_c500", "outbox")]) == 2
+    assert ("http_5ms_c1500", "outbox") not in table.runs
+    assert set(table.skipped) == {("http_5ms_c1500", "outbox", 1), ("http_5ms_c1500", "outbox", 2)}
+    assert len(table.runs[("http_5ms_c1500", "pgqueuer (asyncpg)")]) == 2
+
+
+def test_the_http_part_takes_ratios_run_by_run_and_marks_a_server_bound_run(
+    tmp_path: Path,
+) -> None:
+    rates = {
+        "outbox": (100.0, 300.0),
+        run_all.HTTP_PEER: (50.0, 300.0),
+        run_all.ALONE: (400.0, 600.0),
+    }
+    raw = [
+        {
+            "run": run + 1,
+            "workload": "http_5ms_c100",
+            "at": f"2026-12-01 12:0{run}:00",
+            "loadavg": 1.0,
+            "system": system,
+            "result": _http_result(pair[run], saturated=system == run_all.ALONE and run == 1),
+        }
+        for system, pair in rates.items()
+        for run in range(2)
+    ]
+    table = run_all.Table(
+        runs={("http_5ms_c100", system): list(pair) for system, pair in rates.items()}, raw=raw
+    )
+    info = {"cores": 2, "python": "3.11", "postgresql": "15", "settings": {}}
+    text = run_all.http_markdown(table, info, 2, quick=True)
+    # Per-run ratios 2.0 and 1.0: their median 1.5, not the ratio of the medians (200/175).
+    assert "**1.50×** (2.00 / 1.00)" in text
+    assert f"600 {run_all.SERVER_BOUND}" in text
+    run_all.http_plot(table, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 5_000
 
 

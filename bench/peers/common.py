@@ -37,12 +37,15 @@ WORKLOADS: tuple[str, ...] = (
     "latency",
     "burn_pending",
 )
+# pgqueuer only: each job posts to a loopback HTTP server (bench/loopback_http.py).
+HTTP_WORKLOADS: tuple[str, ...] = ("burn_http",)
 DEFAULT_N: dict[str, int] = {
     "enqueue_single": 5_000,
     "enqueue_bulk": 10_000,
     "burn": 100_000,
     "latency": 200,
     "burn_pending": 100_000,
+    "burn_http": 50_000,
 }
 DEFAULT_PENDING = 1_000_000
 DEFAULT_TIMEOUT_S = 600.0
@@ -99,14 +102,16 @@ class BenchConfig:
     extra: argparse.Namespace = field(compare=False)
 
 
-def build_parser(system: str, drivers: Sequence[str]) -> argparse.ArgumentParser:
+def build_parser(
+    system: str, drivers: Sequence[str], workloads: Sequence[str] = WORKLOADS
+) -> argparse.ArgumentParser:
     """Return the argument parser shared by both scripts; callers add tuning flags."""
     parser = argparse.ArgumentParser(
         prog=f"{system}_bench.py",
         description=f"Benchmark {system} on a fresh throwaway database; prints one JSON line.",
     )
     parser.add_argument("--dsn", required=True, help="postgresql://user@127.0.0.1:5432/db URL")
-    parser.add_argument("--workload", required=True, choices=WORKLOADS)
+    parser.add_argument("--workload", required=True, choices=list(workloads))
     parser.add_argument("--n", type=int, default=None, help="jobs measured (default per workload)")
     parser.add_argument(
         "--pending",

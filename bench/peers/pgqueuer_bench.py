@@ -6,6 +6,12 @@ Run with the peers' virtualenv, never with an outbox environment::
         --dsn postgresql://postgres@127.0.0.1:5432/postgres \\
         --workload burn --driver asyncpg
 
+``--workload burn_http --concurrency C --http-latency-ms 5``: each job posts to a loopback
+HTTP server (``bench/loopback_http.py``, a process of its own, standard library only) that
+answers after the given latency, with one aiohttp session whose pool holds C connections, at
+most C jobs picked at once (``max_concurrent_tasks``); aiohttp must be installed in the
+peers' virtualenv for it.
+
 Prints one JSON object on stdout (see README.md). Both pgqueuer drivers are measured:
 ``--driver asyncpg`` (AsyncpgPoolDriver, or AsyncpgDriver with ``--asyncpg-driver
 connection``) and
@@ -19,13 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import psycopg
@@ -33,9 +40,15 @@ from pgqueuer import Job, QueueManager
 from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver, Driver, PsycopgDriver
 from pgqueuer.queries import Queries
 
+if TYPE_CHECKING:
+    import aiohttp  # burn_http only; imported when that workload runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # bench/: loopback_http
 from common import (
+    HTTP_WORKLOADS,
     LATENCY_WARMUP_S,
+    WORKLOADS,
     BenchConfig,
     BenchError,
     Countdown,
@@ -56,10 +69,13 @@ from common import (
     wait_drained,
     wait_handled,
 )
+from loopback_http import LoopbackServer, named_processes_cpu_seconds, server_figures
 
 SYSTEM = "pgqueuer"
 DRIVERS = ("asyncpg", "psycopg")
 ENTRYPOINT = "bench_noop"
+HTTP_ENTRYPOINT = "bench_http"
+HTTP_TIMEOUT_S = 30.0  # as outbox's BENCH_HTTP adapter
 OTHER_ENTRYPOINT = "bench_other"
 FAR_FUTURE = timedelta(days=365 * 100)
 
@@ -83,11 +99,22 @@ class WorkerSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
-        """Read the tuning flags added by :func:`add_tuning_args`."""
+        """Read the tuning flags added by :func:`add_tuning_args`.
+
+        ``burn_http``: the concurrency is ``max_concurrent_tasks``, this worker's cap on jobs
+        picked and not yet done (the dequeue query enforces it), the counterpart of outbox's
+        ``concurrency``; pgqueuer wants it at least twice the batch size, so the batch is at
+        most half of it (500 at most, the best batch of the no-op burn)."""
+        batch_size, max_concurrent = args.batch_size, args.max_concurrent_tasks
+        if args.workload in HTTP_WORKLOADS:
+            if args.concurrency < 2:
+                raise BenchError("--concurrency must be at least 2 (pgqueuer: 2 x batch size)")
+            max_concurrent = args.concurrency
+            batch_size = min(batch_size, args.concurrency // 2)
         return cls(
             workers=args.workers,
-            batch_size=args.batch_size,
-            max_concurrent_tasks=args.max_concurrent_tasks,
+            batch_size=batch_size,
+            max_concurrent_tasks=max_concurrent,
             dequeue_timeout_s=args.dequeue_timeout,
             asyncpg_pool=args.driver == "asyncpg" and args.asyncpg_driver == "pool",
         )
@@ -110,6 +137,18 @@ def add_tuning_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dequeue-timeout", type=float, default=DEFAULT_DEQUEUE_TIMEOUT_S)
     parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=100,
+        help="burn_http: jobs in flight (max_concurrent_tasks) and the HTTP pool's connections",
+    )
+    parser.add_argument(
+        "--http-latency-ms",
+        type=float,
+        default=5.0,
+        help="burn_http: the loopback server answers each post after this many ms",
+    )
+    parser.add_argument(
         "--asyncpg-driver",
         choices=("pool", "connection"),
         default=DEFAULT_ASYNCPG_DRIVER,
@@ -130,10 +169,16 @@ def describe_settings(config: BenchConfig, worker: WorkerSettings) -> dict[str, 
     if config.workload == "latency":
         settings["worker"] = worker_description(worker, workers=1)
         settings["latency"] = "perf_counter after enqueue returns -> first line of handler"
-    if config.workload in ("burn", "burn_pending"):
+    if config.workload in ("burn", "burn_pending", "burn_http"):
         settings["worker"] = worker_description(worker, workers=worker.workers)
         settings["done_when"] = "handler saw n jobs and their rows are gone from the queue table"
         settings["setup"] = "pre-enqueued with Queries.enqueue lists, then ANALYZE + CHECKPOINT"
+    if config.workload == "burn_http":
+        settings["http"] = (
+            "entrypoint posts JSON to the loopback server with one aiohttp ClientSession, "
+            "TCPConnector(limit=concurrency), ClientTimeout(total=30); done on a 2xx answer"
+        )
+        settings["concurrency"] = config.extra.concurrency
     if config.workload == "burn_pending":
         settings["pending_placement"] = config.pending_placement
         settings["pending_how"] = pending_description(config.pending_placement)
@@ -219,19 +264,19 @@ async def enqueue_one(queries: Queries) -> int:
     return int(job_id)
 
 
-async def enqueue_many(queries: Queries, count: int) -> list[int]:
+async def enqueue_many(queries: Queries, count: int, entrypoint: str = ENTRYPOINT) -> list[int]:
     """Enqueue *count* no-op jobs in one call of pgqueuer's batch API; return their ids."""
-    ids = await queries.enqueue([ENTRYPOINT] * count, [None] * count, [0] * count)
+    ids = await queries.enqueue([entrypoint] * count, [None] * count, [0] * count)
     if len(ids) != count:
         raise BenchError(f"batch enqueue returned {len(ids)} ids for {count} jobs")
     return [int(job_id) for job_id in ids]
 
 
-async def pre_enqueue(queries: Queries, count: int) -> IdRange:
+async def pre_enqueue(queries: Queries, count: int, entrypoint: str = ENTRYPOINT) -> IdRange:
     """Untimed set-up: enqueue *count* no-op jobs in batches; return their id range."""
     ids = IdRange()
     for size in chunks(count):
-        ids.extend(await enqueue_many(queries, size))
+        ids.extend(await enqueue_many(queries, size, entrypoint))
     if ids.size != count:
         raise BenchError(f"measured ids are not contiguous ({ids}), cannot track completion")
     return ids
@@ -275,6 +320,26 @@ def build_worker(driver: Driver, handled: Countdown, probe: LatencyProbe | None)
     async def noop(job: Job) -> None:
         if probe is not None:
             probe.mark_started(int(job.id))
+        handled.hit()
+
+    return qm
+
+
+def build_http_worker(
+    driver: Driver, handled: Countdown, session: aiohttp.ClientSession, url: str
+) -> QueueManager:
+    """A QueueManager whose handler posts each job to the loopback server, as outbox's
+    BENCH_HTTP adapter does (the same body, client, pool and timeout), and counts it on a 2xx
+    answer (else it raises, and pgqueuer logs the job as failed)."""
+    qm = QueueManager(Queries(driver))
+
+    @qm.entrypoint(HTTP_ENTRYPOINT)
+    async def post(job: Job) -> None:
+        body = {"channel": f"mlane{int(job.id) % 10_000}", "text": f"message {job.id}"}
+        async with session.post(url, json=body) as response:
+            await response.read()
+            if not 200 <= response.status < 300:
+                raise BenchError(f"HTTP {response.status}")
         handled.hit()
 
     return qm
@@ -367,6 +432,61 @@ async def bench_burn(
     return seconds
 
 
+async def bench_burn_http(
+    config: BenchConfig, dsn: str, queries: Queries, worker: WorkerSettings
+) -> tuple[float, dict[str, Any]]:
+    """Pre-enqueue N jobs, then time one worker posting each to the loopback server until the
+    database shows every job acknowledged. Returns the seconds and the CPU figures of the timed
+    window: this process (the worker; nothing else runs in it meanwhile but the done-check
+    after the last handler call), every PostgreSQL process, and the loopback server."""
+    import aiohttp
+
+    latency_ms = config.extra.http_latency_ms
+    with LoopbackServer(latency_ms) as loopback:
+        log(f"pre-enqueueing {config.n} jobs")
+        ids = await bounded(
+            pre_enqueue(queries, config.n, HTTP_ENTRYPOINT), config.timeout_s, "pre-enqueue"
+        )
+        await bounded(settle(queries), config.timeout_s, "ANALYZE/CHECKPOINT")
+        handled = Countdown(config.n)
+        async with (
+            open_driver(dsn, config.driver, worker.asyncpg_pool) as driver,
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=worker.max_concurrent_tasks),
+                timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S),
+            ) as session,
+        ):
+            qm = build_http_worker(driver, handled, session, loopback.url)
+            cpu = (time.process_time(), named_processes_cpu_seconds("postgres"))
+            loopback_before = loopback.cpu_seconds()
+            clock = Stopwatch()
+            worker_task = asyncio.create_task(run_worker(qm, worker))
+            try:
+                await wait_drained(handled, lambda: count_left(queries, ids), config.timeout_s)
+                seconds = clock.stop()
+                worker_cpu = time.process_time() - cpu[0]
+                server_cpu = named_processes_cpu_seconds("postgres") - cpu[1]
+                loopback_cpu = loopback.cpu_seconds() - loopback_before
+            finally:
+                qm.shutdown.set()
+                await bounded(worker_task, config.timeout_s, "worker shutdown")
+    left = await count_all(queries)
+    if left != 0:
+        raise BenchError(f"{left} rows left in the queue table, expected 0")
+    n = config.n
+    figures = {
+        "worker_cpu_us_per_action": round(worker_cpu / n * 1e6, 1),
+        "worker_core_share": round(worker_cpu / seconds, 3),
+        "server_cpu_us_per_action": round(server_cpu / n * 1e6, 1),
+        "server_core_share": round(server_cpu / seconds, 3),
+        "http": {
+            "latency_ms": latency_ms,
+            "loopback": server_figures(loopback.report, loopback_cpu, seconds, n),
+        },
+    }
+    return seconds, figures
+
+
 async def bench_latency(
     config: BenchConfig, dsn: str, queries: Queries, worker: WorkerSettings
 ) -> list[float]:
@@ -402,6 +522,10 @@ async def run_workload(config: BenchConfig, dsn: str, worker: WorkerSettings) ->
             seconds = await bench_enqueue_single(config, queries)
         elif config.workload == "enqueue_bulk":
             seconds = await bench_enqueue_bulk(config, queries)
+        elif config.workload == "burn_http":
+            seconds, figures = await bench_burn_http(config, dsn, queries, worker)
+            result = make_result(system=SYSTEM, config=config, seconds=seconds, settings=settings)
+            return {**result, **figures}
         elif config.workload in ("burn", "burn_pending"):
             try:
                 seconds = await bench_burn(config, dsn, queries, worker)
@@ -425,7 +549,7 @@ async def run_workload(config: BenchConfig, dsn: str, worker: WorkerSettings) ->
 
 async def main() -> dict[str, Any]:
     """Parse the command line, make a fresh database, run, drop the database."""
-    parser = build_parser(SYSTEM, DRIVERS)
+    parser = build_parser(SYSTEM, DRIVERS, (*WORKLOADS, *HTTP_WORKLOADS))
     add_tuning_args(parser)
     config = config_from_args(parser.parse_args())
     worker = WorkerSettings.from_args(config.extra)
