@@ -136,19 +136,6 @@ async def test_the_async_twins_enqueue_in_the_callers_transaction(db: OutboxTest
     assert count(db) == 2
 
 
-def test_enqueue_notifies_idle_executors_only_when_the_caller_commits(
-    db: OutboxTestDatabase,
-) -> None:
-    with db.connect(autocommit=True) as listener, db.connect() as producer:
-        listener.execute(f'LISTEN "{db.outbox.channel}"')
-        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "wake"))
-        assert list(listener.notifies(timeout=0.3)) == []
-        producer.commit()
-        assert [n.channel for n in listener.notifies(timeout=30, stop_after=1)] == [
-            db.outbox.channel
-        ]
-
-
 class Secretive(BaseModel):
     token: SecretStr
     count: int
@@ -400,9 +387,7 @@ def test_both_enqueues_dump_payloads_with_the_json_dumps_psycopg_is_configured_w
         conn.commit()
     # Each statement's one JSON parameter: the single request's array, the batch's columns.
     assert any(isinstance(value, list) and {"n": 1} in value for value in handed)
-    assert any(
-        isinstance(value, dict) and value.get("payload") == [{"n": 2}] for value in handed
-    )
+    assert any(isinstance(value, dict) and value.get("payload") == [{"n": 2}] for value in handed)
     assert db.rows("SELECT payload->>'n' FROM {schema}.agent_action ORDER BY id") == [
         ("1",),
         ("2",),

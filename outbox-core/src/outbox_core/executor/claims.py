@@ -1,13 +1,13 @@
 """Claiming lane heads: the claim loop (woken by LISTEN or a jittered poll, bounded by the
 free places and, per kind, by its free slots), and one claim statement (``claim_v1``, see
-docs/design/claim.md). What a claim returns goes to the attempts."""
+docs/design/claim.md). What a claim returns goes to the attempts. While the loop waits, the
+producers are asked for wake-ups (waiting.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-from contextlib import suppress
 from typing import Any
 
 import psycopg
@@ -17,6 +17,7 @@ from ..observability import event
 from .attempts import Attempts
 from .endings import Endings
 from .runtime import Runtime
+from .waiting import Waiting
 
 # A claim group: the kinds it claims (None: every kind served) and how many at most.
 ClaimGroup = tuple[list[str] | None, int]
@@ -27,6 +28,7 @@ class Claims:
         self.rt = runtime
         self.attempts = attempts
         self.endings = endings
+        self.waiting = Waiting(runtime)
 
     async def loop(self) -> None:
         """Claim while there is room, then wait for a wake-up or the poll."""
@@ -39,6 +41,7 @@ class Claims:
             )
             if free <= 0:
                 rt.capacity.clear()
+                await self.waiting.busy()
                 await rt.capacity.wait()
                 continue
             limit = min(free, rt.settings.claim_batch)
@@ -58,10 +61,9 @@ class Claims:
                 await asyncio.sleep(1.0 + random.random())
                 continue
             if more:
+                await self.waiting.busy()
                 continue
-            poll = rt.settings.poll_seconds * random.uniform(0.8, 1.2)
-            with suppress(TimeoutError):
-                await asyncio.wait_for(rt.wake.wait(), poll)
+            await self.waiting.wait(rt.settings.poll_seconds * random.uniform(0.8, 1.2))
 
     async def listen(self) -> None:
         """LISTEN on a connection of its own (never the pool's) and wake the claim loop."""
@@ -73,10 +75,12 @@ class Claims:
                 async with await AsyncConnection.connect(rt.conninfo, autocommit=True) as conn:
                     await conn.execute(channel)
                     backoff = 0.5
+                    self.waiting.listener_pid = conn.info.backend_pid
                     rt.wake.set()
                     async for _ in conn.notifies():
                         rt.wake.set()
             except psycopg.OperationalError as exc:
+                self.waiting.listener_pid = None
                 event("executor.listen.lost", level=logging.WARNING, error=type(exc).__name__)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)

@@ -187,6 +187,7 @@ class Executor:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             stopper.cancel()
+            await self.claims.waiting.leave()
             left = await self._wait_running(rt.settings.shutdown_seconds)
             rt.chaining = False
             event(

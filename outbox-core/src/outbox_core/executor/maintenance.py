@@ -14,6 +14,7 @@ import psycopg
 from ..observability import BacklogSnapshot, event
 from ..results import StopReason
 from ..states import ActionState
+from . import waiting
 from .endings import Endings
 from .outcomes import Ending
 from .runtime import Runtime
@@ -37,7 +38,12 @@ class Maintenance:
         period = rt.settings.maintenance_seconds
         await asyncio.sleep(random.uniform(0, period))
         while not rt.stopping:
-            for step in (self.sweep_expired, self.sweep_retention, self.sample_gauges):
+            for step in (
+                self.sweep_expired,
+                self.sweep_retention,
+                self.sample_gauges,
+                self.sweep_waiting,
+            ):
                 try:
                     await step()
                 except psycopg.Error as exc:
@@ -49,6 +55,10 @@ class Maintenance:
                     )
             rt.tally.flush()
             await asyncio.sleep(period * random.uniform(0.8, 1.2))
+
+    async def sweep_waiting(self) -> None:
+        """Remove the wake-up registrations of executors that are gone (waiting.py)."""
+        await waiting.sweep(self.rt)
 
     async def sweep_expired(self) -> int:
         """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""

@@ -8,11 +8,12 @@
 -- only when the caller commits). The request is one JSON array, its columns in the order of
 -- REQUEST_COLUMNS (enqueue_rows.py): one parameter for the client to adapt, not one per
 -- column, and no key names for it to encode.
--- A wake-up only when the action is its lane's head and due: when its lane's row was written
--- (a new lane, or one whose due time or head it lowered) with a due time that has come. An
--- action behind its lane's head wakes nobody: the head's ending chains it or lowers the lane,
--- as for every action behind a head. (PostgreSQL serialises the commits of transactions that
--- notified, so a notification nobody needs costs concurrent producers their group commit.)
+-- A wake-up only when it can start an action and reach an executor that waits for one: when
+-- the action is its lane's head and due (its lane's row was written, a new lane or one whose
+-- due time or head it lowered, with a due time that has come; an action behind its lane's
+-- head wakes nobody, the head's ending chains it or lowers the lane) and an executor waits
+-- (wake_wanted_v1, migration 0016). PostgreSQL serialises the commits of transactions that
+-- notified, so a notification nobody needs costs concurrent producers their group commit.
 -- A proposal holds its lane too, so it gets the lane's row, but no due time there (NULL:
 -- nothing to claim until it is admitted) and no wake-up.
 WITH new_action AS (
@@ -40,7 +41,8 @@ WITH new_action AS (
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
     RETURNING next_at
 )
-SELECT id, (SELECT count(pg_notify({channel}, '')) FROM lane WHERE next_at <= now())
+SELECT id, (SELECT count(pg_notify({channel}, ''))
+              FROM lane WHERE next_at <= now() AND {schema}.wake_wanted_v1())
   FROM new_action
 
 -- name: enqueue_many
@@ -154,7 +156,8 @@ WITH batch AS MATERIALIZED (
 )
 SELECT (SELECT array_agg(id ORDER BY id) FROM new_action),
        (SELECT count(pg_notify({channel}, ''))
-          FROM (SELECT 1 FROM lane WHERE next_at <= now() LIMIT 1) due)
+          FROM (SELECT 1 FROM lane WHERE next_at <= now() LIMIT 1) due
+         WHERE {schema}.wake_wanted_v1())
 
 -- name: trace_contexts
 -- The trace contexts stored at enqueue of the actions about to run (only while tracing is on).
@@ -169,6 +172,33 @@ SELECT idempotency_key, id, kind, lane_key
 
 -- name: database_now
 SELECT now()
+
+-- name: waiting_register
+-- An executor about to wait for a wake-up says so (migration 0016); its row is keyed by the
+-- backend of the connection it LISTENs on.
+INSERT INTO {schema}.executor_waiting (listener_pid) VALUES (%(pid)s)
+ON CONFLICT (listener_pid) DO UPDATE SET since = now()
+
+-- name: waiting_snapshot
+-- The transactions running once a registration committed: an enqueue among them may have
+-- missed it (see waiting_drained). Its own statement, after the registration's commit.
+SELECT pg_current_snapshot()::text
+
+-- name: waiting_drained
+-- Whether every transaction of that snapshot has ended: then any action they enqueued is
+-- committed (or rolled back) and a claim sees it.
+SELECT NOT EXISTS (
+    SELECT 1 FROM pg_snapshot_xip(%(snapshot)s::pg_snapshot) x
+     WHERE pg_xact_status(x) = 'in progress')
+
+-- name: waiting_leave
+DELETE FROM {schema}.executor_waiting WHERE listener_pid = ANY(%(pids)s::integer[])
+
+-- name: waiting_sweep
+-- The rows of executors whose listening connection is gone (a killed executor): each costs
+-- notifications nobody reads. pg_stat_activity lists every backend's pid to every role.
+DELETE FROM {schema}.executor_waiting w
+ WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.listener_pid)
 
 -- name: admit
 -- PROPOSED -> ADMITTED: the lane's head (or an action behind it) becomes claimable. Due now,
@@ -193,7 +223,9 @@ WITH admitted AS (
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
-SELECT id, (SELECT count(pg_notify({channel}, '')) FROM admitted) FROM admitted
+SELECT id, (SELECT count(pg_notify({channel}, ''))
+              FROM admitted WHERE due_at <= now() AND {schema}.wake_wanted_v1())
+  FROM admitted
 
 -- name: cancel_unstarted
 -- An operator's or a proposal's refusal: only an action that has not started. An admitted

@@ -33,6 +33,7 @@
 --   8. settle_v2          the endings of a batch of attempts, and its row type settled_v2;
 --                         settle_v1 (and settled_v1) for replicas of older builds
 --   9. schema_migration   what `outbox migrate` has applied
+--  10. executor_waiting   the executors waiting for a wake-up, and wake_wanted_v1
 --
 -- Objects that replicas of two builds share during a rolling update carry a version suffix
 -- (claim_v1); a changed contract ships under a new name beside the old one, while a
@@ -941,3 +942,25 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migration (
     applied_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (line, version)
 );
+
+-- 10. Wake-ups ------------------------------------------------------------------------------
+-- An enqueue notifies only when an executor waits for a wake-up (migration 0016, which says
+-- why and how the race with a registering executor is closed; executor/waiting.py is the
+-- executor's side). A row per executor that may wait, keyed by the backend of the connection
+-- it LISTENs on; UNLOGGED: the rows describe the connections of now.
+CREATE UNLOGGED TABLE {schema}.executor_waiting (
+    listener_pid  integer PRIMARY KEY,
+    since         timestamptz NOT NULL DEFAULT now()
+);
+
+-- Whether an enqueue should notify: VOLATILE, so its read takes a snapshot of its own, after
+-- the enqueue's insert. A REPEATABLE READ or SERIALIZABLE caller, whose snapshot may predate
+-- a registration, always notifies. SECURITY DEFINER: the application's role needs no grant
+-- on the table.
+CREATE FUNCTION {schema}.wake_wanted_v1() RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN current_setting('transaction_isolation') <> 'read committed'
+        OR EXISTS (SELECT 1 FROM {schema}.executor_waiting);
+END
+$fn$;
