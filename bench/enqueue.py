@@ -7,10 +7,12 @@ the systems interleaved:
   with the same effects (the insert, the lane upsert, one wake-up, the ids returned), written
   twice: with a text array per column (``unnest``, the usual form) and with the batch as one
   JSON document (the form ``enqueue_many`` uses);
-- producers: N connections at once (``--producers``), each its own transaction per action,
-  ``aenqueue`` against the raw ``INSERT`` and against the raw ``INSERT`` with a ``NOTIFY`` in
-  its transaction (what every enqueue does): PostgreSQL serialises the commits of transactions
-  that notified, so this shows what the wake-up costs group commit.
+- producers: N connections at once (``--producers``), each its own transaction per action, each
+  action the head of a lane of its own (an enqueue that can start work): ``aenqueue`` with no
+  executor waiting (no wake-up: the executors are busy), ``aenqueue`` with one waiting (a
+  ``NOTIFY`` in every transaction), the raw ``INSERT``, and the raw ``INSERT`` with a
+  ``NOTIFY`` in its transaction: PostgreSQL serialises the commits of transactions that
+  notified, so this shows what the wake-up costs group commit.
 
     python bench/enqueue.py [--single 5000] [--bulk 10000] [--lanes 1000] [--rounds 3]
                             [--producers 1,4,16,64] [--producer-actions 4000] [--repeat 3]
@@ -128,28 +130,41 @@ async def producers(url: str, outbox: Outbox, count: int, n: int, lanes: int) ->
     """``count`` connections enqueue ``n`` actions in all, one transaction each: outbox, raw,
     raw with a NOTIFY, one after the other on the same connections."""
     conns = [await psycopg.AsyncConnection.connect(url) for _ in range(count)]
+    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await listener.execute('LISTEN "outbox_outbox"')
     out: dict[str, float] = {}
     serial = itertools.count()
     try:
-
+        # Each action a lane of its own: its enqueue can start work, so it notifies whenever an
+        # executor waits (an action behind its lane's head never does).
         async def outbox_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
-            await outbox.aenqueue(conn, request(f"p{count}-{next(serial)}", i, lanes))
+            key = f"p{count}-{next(serial)}"
+            await outbox.aenqueue(conn, ActionRequest("BENCH_NOOP", key, key, payload={"n": i}))
 
         async def raw_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
             key = f"p{count}-raw-{next(serial)}"
-            await conn.execute(RAW_INSERT, (f"lane-{i % lanes}", key, Jsonb({"n": i})))
+            await conn.execute(RAW_INSERT, (key, key, Jsonb({"n": i})))
 
         async def notify_one(conn: psycopg.AsyncConnection[Any], i: int) -> None:
             key = f"p{count}-notify-{next(serial)}"
-            await conn.execute(RAW_INSERT_NOTIFY, (f"lane-{i % lanes}", key, Jsonb({"n": i})))
+            await conn.execute(RAW_INSERT_NOTIFY, (key, key, Jsonb({"n": i})))
 
         forms: dict[str, Callable[[psycopg.AsyncConnection[Any], int], Awaitable[None]]] = {
             f"producers_{count}": outbox_one,
+            f"waiting_producers_{count}": outbox_one,
             f"raw_producers_{count}": raw_one,
             f"raw_notify_producers_{count}": notify_one,
         }
         per = n // count
         for name, one in forms.items():
+            # An executor waiting for work, as migration 0016 sees one: a LISTEN connection and
+            # its row in executor_waiting (only for the form that measures it).
+            waiting = name.startswith("waiting_")
+            if waiting:
+                await listener.execute(
+                    "INSERT INTO outbox.executor_waiting (listener_pid) VALUES (%s)",
+                    (listener.info.backend_pid,),
+                )
 
             async def loop(conn: psycopg.AsyncConnection[Any], start: int, one: Any = one) -> None:
                 for i in range(start, start + per):
@@ -159,9 +174,12 @@ async def producers(url: str, outbox: Outbox, count: int, n: int, lanes: int) ->
             with Timer() as timer:
                 await asyncio.gather(*(loop(conn, k * per) for k, conn in enumerate(conns)))
             out[f"{name}_per_s"] = per * count / timer.seconds
+            if waiting:
+                await listener.execute("DELETE FROM outbox.executor_waiting")
     finally:
         for conn in conns:
             await conn.close()
+        await listener.close()
     return out
 
 

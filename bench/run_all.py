@@ -109,7 +109,8 @@ PEERS = (("procrastinate", "psycopg"), ("pgqueuer", "asyncpg"), ("pgqueuer", "ps
 RAW, RAW_JSON, RAW_NOTIFY = "raw SQL", "raw SQL (JSON batch)", "raw SQL + NOTIFY"
 ALONE = "aiohttp alone (no queue)"
 # measured by outbox's own scripts
-OURS = frozenset({"outbox", RAW, RAW_JSON, RAW_NOTIFY, ALONE})
+WAITING = "outbox, an executor waiting"
+OURS = frozenset({"outbox", WAITING, RAW, RAW_JSON, RAW_NOTIFY, ALONE})
 PRODUCERS = (1, 4, 16, 64)
 NO_LANES = "no lanes, no fences: each job runs alone"
 
@@ -189,7 +190,15 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
                     "outbox",
                     producers,
                     f"producers_{count}_per_s",
-                    f"{count} connections, one transaction per action",
+                    f"{count} connections, one transaction per action, each action a lane of "
+                    "its own; no executor waits (busy or none): no wake-up",
+                ),
+                Case(
+                    f"producers_{count}",
+                    WAITING,
+                    producers,
+                    f"waiting_producers_{count}_per_s",
+                    "an executor waits for work: every enqueue notifies it",
                 ),
                 Case(f"producers_{count}", RAW, producers, f"raw_producers_{count}_per_s"),
                 Case(

@@ -55,6 +55,7 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
         ("enqueue_bulk", run_all.RAW_JSON),
         ("producers_16", run_all.RAW),
         ("producers_16", run_all.RAW_NOTIFY),
+        ("producers_16", run_all.WAITING),
     ):
         assert figures[f"{workload} / {system}"] > 0, (workload, system)
     for system in ("outbox", run_all.ALONE):
