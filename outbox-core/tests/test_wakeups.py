@@ -151,17 +151,8 @@ async def test_an_enqueue_that_missed_the_registration_starts_when_its_transacti
 async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idle(
     db: OutboxTestDatabase,
 ) -> None:
-    """With every place taken for longer than BUSY_SECONDS its row goes; idle again, it is
-    back."""
-    with db.connect() as conn:
-        db.outbox.enqueue_many(
-            conn,
-            [
-                ActionRequest("TEST_SCRIPTED", f"lane-{i}", f"slow-{i}", {"n": 0})
-                for i in range(int(BUSY_SECONDS / 0.2) * 3)
-            ],
-        )
-        conn.commit()
+    """Idle, it has a row; with every place taken for longer than BUSY_SECONDS the row goes;
+    idle again, it is back."""
 
     async def slow(attempt: ActionAttempt) -> AdapterResult:
         await asyncio.sleep(0.2)
@@ -172,7 +163,18 @@ async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idl
     executor = db.executor(concurrency=1)
     runner = asyncio.create_task(executor.run(stop))
     try:
+        await until(lambda: registered(db) == 1, "the idle executor did not register")
+        with db.connect() as conn:
+            db.outbox.enqueue_many(
+                conn,
+                [
+                    ActionRequest("TEST_SCRIPTED", f"lane-{i}", f"slow-{i}", {"n": 0})
+                    for i in range(int(BUSY_SECONDS / 0.2) * 3)
+                ],
+            )
+            conn.commit()
         await until(lambda: registered(db) == 0, "the busy executor kept its row")
+        assert db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE state <> 'DONE'") > 0
         await until(
             lambda: (
                 db.scalar("SELECT count(*) FROM {schema}.agent_action WHERE state <> 'DONE'") == 0
