@@ -159,34 +159,26 @@ class _Driver:
     """Advances an operation: sends each answer (or throws each error) and hands back the
     next step. Shared by both shells, which differ only in how they carry a step out."""
 
+    __slots__ = ("_conn", "_levels", "_send", "_throw", "result")
+
     def __init__(self, steps: Steps[Any], conn: object, *, refuse: type, message: str) -> None:
         if isinstance(conn, refuse):  # typed code cannot pass one; untyped code can
             steps.close()
             raise TypeError(message)
-        self._steps = steps
+        self._send = steps.send
+        self._throw = steps.throw
         self._conn = conn
-        self._answer: Any = None
-        self._error: BaseException | None = None
         self._levels: list[bool] = []
         self.result: Any = None
 
-    def next(self) -> Step | None:
-        """The next step; None once the operation returned (its value is ``result``)."""
+    def advance(self, answer: Any, error: BaseException | None) -> Step | None:
+        """Send the last step's answer (or throw its error) and return the next step; None once
+        the operation returned (its value is ``result``)."""
         try:
-            if self._error is not None:
-                error, self._error = self._error, None
-                return self._steps.throw(error)
-            answer, self._answer = self._answer, None
-            return self._steps.send(answer)
+            return self._throw(error) if error is not None else self._send(answer)
         except StopIteration as stop:
             self.result = stop.value
             return None
-
-    def answer(self, value: Any) -> None:
-        self._answer = value
-
-    def fail(self, error: BaseException) -> None:
-        self._error = error
 
     def db(self, step: Step) -> Any:
         """The connection, for a step that needs one."""
@@ -220,25 +212,30 @@ def run(conn: Connection[Any] | None, steps: Steps[T]) -> T:
         message="this is the sync form and got an AsyncConnection: await its async twin (the "
         "same name with an `a` in front, e.g. `await outbox.acancel(conn, ...)`)",
     )
-    while (step := driver.next()) is not None:
+    step = driver.advance(None, None)
+    while step is not None:
+        answer: Any = None
+        error: BaseException | None = None
         try:
-            match step:
-                case Query(sql=sql, params=params):
-                    cursor = driver.db(step).execute(sql, params)
-                    driver.answer(cursor.fetchall() if _returns_rows(cursor) else [])
-                case Call(sync=None, what=what) | AsyncOnly(what=what):
-                    raise NeedsAsync(what)
-                case Call(sync=call, args=args):
-                    assert call is not None
-                    driver.answer(call(conn, *args))
-                case Sleep(seconds=seconds):
-                    time.sleep(seconds)
-                case Savepoint():
-                    db, statements = driver.savepoint(step)
-                    for sql in statements:
-                        db.execute(sql)
+            if type(step) is Query:  # most steps are queries: tested before the match
+                cursor = driver.db(step).execute(step.sql, step.params)
+                answer = cursor.fetchall() if _returns_rows(cursor) else []
+            else:
+                match step:
+                    case Call(sync=None, what=what) | AsyncOnly(what=what):
+                        raise NeedsAsync(what)
+                    case Call(sync=call, args=args):
+                        assert call is not None
+                        answer = call(conn, *args)
+                    case Sleep(seconds=seconds):
+                        time.sleep(seconds)
+                    case Savepoint():
+                        db, statements = driver.savepoint(step)
+                        for sql in statements:
+                            db.execute(sql)
         except BaseException as exc:
-            driver.fail(exc)
+            error = exc
+        step = driver.advance(answer, error)
     return driver.result  # type: ignore[no-any-return]
 
 
@@ -251,22 +248,27 @@ async def arun(conn: AsyncConnection[Any] | None, steps: Steps[T]) -> T:
         message="this is the async form and got a sync Connection: call its sync twin (the "
         "same name without the `a` in front)",
     )
-    while (step := driver.next()) is not None:
+    step = driver.advance(None, None)
+    while step is not None:
+        answer: Any = None
+        error: BaseException | None = None
         try:
-            match step:
-                case Query(sql=sql, params=params):
-                    cursor = await driver.db(step).execute(sql, params)
-                    driver.answer(await cursor.fetchall() if _returns_rows(cursor) else [])
-                case Call(async_=call, args=args):
-                    driver.answer(await call(conn, *args))
-                case AsyncOnly():
-                    driver.answer(None)
-                case Sleep(seconds=seconds):
-                    await asyncio.sleep(seconds)
-                case Savepoint():
-                    db, statements = driver.savepoint(step)
-                    for sql in statements:
-                        await db.execute(sql)
+            if type(step) is Query:  # most steps are queries: tested before the match
+                cursor = await driver.db(step).execute(step.sql, step.params)
+                answer = await cursor.fetchall() if _returns_rows(cursor) else []
+            else:
+                match step:
+                    case Call(async_=call, args=args):
+                        answer = await call(conn, *args)
+                    case AsyncOnly():
+                        pass
+                    case Sleep(seconds=seconds):
+                        await asyncio.sleep(seconds)
+                    case Savepoint():
+                        db, statements = driver.savepoint(step)
+                        for sql in statements:
+                            await db.execute(sql)
         except BaseException as exc:
-            driver.fail(exc)
+            error = exc
+        step = driver.advance(answer, error)
     return driver.result  # type: ignore[no-any-return]
