@@ -1,8 +1,8 @@
-"""Wake-ups (migration 0016): an enqueue notifies the schema's channel when its commit can start
-an action (the action is its lane's head and due) and an executor waits for one; never
-otherwise, so that concurrent producers keep their group commit. An executor registers before
-it waits, and claims once more when the transactions that may have missed its registration
-have ended; it leaves once it has been busy for a while."""
+"""Wake-ups (migration 0016): an enqueue of an admitted action notifies the schema's channel
+when an executor waits for one, and never otherwise, so that concurrent producers keep their
+group commit while the executors are busy. An executor registers before it waits, claims at
+once and again whenever fewer of the transactions that may have missed its registration run;
+it registers again at each poll, and leaves once it has been busy for a while."""
 
 from __future__ import annotations
 
@@ -66,26 +66,27 @@ def test_with_no_executor_waiting_an_enqueue_notifies_nobody(db: OutboxTestDatab
         assert heard(conn) == 0
 
 
-def test_an_action_behind_its_lanes_head_wakes_nobody(db: OutboxTestDatabase) -> None:
+def test_every_admitted_enqueue_wakes_a_waiting_executor(db: OutboxTestDatabase) -> None:
+    """Behind its lane's head and not yet due too: the head may be one that a claim skipped
+    while this enqueue held its lane's row."""
+    later = datetime.now(UTC) + timedelta(hours=1)
     with listener(db) as executor, db.connect() as producer:
         db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "head"))
         producer.commit()
         assert heard_once(executor)
         db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "behind"))
-        db.outbox.enqueue_many(producer, [ActionRequest("TEST_NOOP", "lane", "behind-2")])
         producer.commit()
-        assert heard(executor) == 0
+        assert heard_once(executor)
+        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "b", "later", not_before=later))
+        producer.commit()
+        assert heard_once(executor)
 
 
-def test_a_proposal_and_an_action_not_yet_due_wake_nobody_until_one_is_due(
-    db: OutboxTestDatabase,
-) -> None:
-    later = datetime.now(UTC) + timedelta(hours=1)
+def test_a_proposal_wakes_nobody_until_it_is_admitted(db: OutboxTestDatabase) -> None:
     with listener(db) as executor, db.connect() as producer:
         proposal = db.outbox.enqueue(
             producer, ActionRequest("TEST_NOOP", "a", "proposed", proposed=True)
         )
-        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "b", "later", not_before=later))
         producer.commit()
         assert heard(executor) == 0
         assert db.outbox.admit(producer, proposal.id)
@@ -146,6 +147,123 @@ async def test_an_enqueue_that_missed_the_registration_starts_when_its_transacti
             await runner
             await executor.close()
     assert registered(db) == 0  # it left as it stopped
+
+
+async def running(db: OutboxTestDatabase, executor: Executor) -> asyncio.Task[None]:
+    """The executor's run loop, once it has registered (idle: its first claim found nothing)."""
+    stop = asyncio.Event()
+    runner = asyncio.create_task(executor.run(stop))
+    runner.stop = stop  # type: ignore[attr-defined]
+    await until(lambda: registered(db) == 1, "the executor did not register")
+    return runner
+
+
+async def stopped(runner: asyncio.Task[None], executor: Executor) -> None:
+    runner.stop.set()  # type: ignore[attr-defined]
+    await runner
+    await executor.close()
+
+
+def done(db: OutboxTestDatabase, key: str) -> bool:
+    state = db.scalar("SELECT state FROM {schema}.agent_action WHERE idempotency_key = %s", (key,))
+    return bool(state == "DONE")
+
+
+async def test_a_head_that_a_claim_skipped_while_a_second_producer_held_its_lane_starts_at_once(
+    db: OutboxTestDatabase,
+) -> None:
+    """The first producer's commit wakes the executor, whose claim skips the lane the second
+    producer's enqueue holds; the second producer's commit (behind the head) wakes it again."""
+    executor = db.executor(poll_seconds=3600.0)
+    runner = await running(db, executor)
+    try:
+        with db.connect() as first, db.connect() as second:
+            db.outbox.enqueue(first, ActionRequest("TEST_NOOP", "hot", "head"))
+            enqueued = asyncio.get_running_loop().run_in_executor(
+                None,
+                lambda: db.outbox.enqueue(second, ActionRequest("TEST_NOOP", "hot", "behind")),
+            )
+            await asyncio.sleep(0.2)  # the second waits for the lane's row
+            first.commit()
+            await enqueued  # now the second holds the row, and the claim skips the lane
+            await asyncio.sleep(0.2)
+            second.commit()
+        await until(lambda: done(db, "head") and done(db, "behind"), "the head waited the poll")
+    finally:
+        await stopped(runner, executor)
+
+
+async def test_a_producer_whose_id_came_after_the_registrations_is_watched_too(
+    db: OutboxTestDatabase,
+) -> None:
+    """A registration that commits after a producer drew its id and checked: the snapshot the
+    executor takes then lists no running id at or above its xmax, which the producer's may be;
+    the id drawn after the registration covers it."""
+    db.execute(
+        "CREATE FUNCTION {schema}.slow_registration() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER slow AFTER INSERT ON {schema}.executor_waiting "
+        "FOR EACH ROW EXECUTE FUNCTION {schema}.slow_registration()"
+    )
+    stop = asyncio.Event()
+    executor = db.executor(poll_seconds=3600.0)
+    runner = asyncio.create_task(executor.run(stop))
+    try:
+        await until(
+            lambda: (
+                db.scalar(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE query LIKE '-- waiting_register%%' AND state = 'active'"
+                )
+                == 1
+            ),
+            "the executor did not start registering",
+        )
+        with db.connect() as producer:
+            # Its id comes after the registration's; its check finds no row committed yet.
+            db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "late-id"))
+            await until(lambda: registered(db) == 1, "the registration did not commit")
+            await asyncio.sleep(0.2)
+            producer.commit()
+        await until(lambda: done(db, "late-id"), "the executor waited for its poll")
+    finally:
+        stop.set()
+        await runner
+        await executor.close()
+
+
+async def test_an_unrelated_long_transaction_delays_nothing(db: OutboxTestDatabase) -> None:
+    """A transaction that runs through the registration and never enqueues keeps being watched;
+    the producer that missed the registration starts when it commits, not at the poll."""
+    with db.connect() as unrelated, db.connect() as producer:
+        unrelated.execute("SELECT pg_current_xact_id()")  # an id, and it stays open
+        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "missed"))
+        executor = db.executor(poll_seconds=3600.0)
+        runner = await running(db, executor)
+        try:
+            await asyncio.sleep(0.2)
+            producer.commit()
+            await until(lambda: done(db, "missed"), "the executor waited for its poll")
+        finally:
+            await stopped(runner, executor)
+
+
+async def test_a_row_removed_from_under_an_idle_executor_comes_back_at_its_next_poll(
+    db: OutboxTestDatabase,
+) -> None:
+    executor = db.executor(poll_seconds=0.5)
+    runner = await running(db, executor)
+    try:
+        db.execute("DELETE FROM {schema}.executor_waiting")
+        await until(lambda: registered(db) == 1, "the row did not come back")
+        with db.connect() as producer:
+            db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "after"))
+            producer.commit()
+        await until(lambda: done(db, "after"), "the action did not start")
+    finally:
+        await stopped(runner, executor)
 
 
 async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idle(

@@ -9,8 +9,11 @@ its attempts, a workspace or subject shared by all, no ``not_before``): the stat
 either, and a batch sends only what varies.
 
 A batch is checked column by column (:func:`_clean_text`): when every value of a column surely
-passes, the requests are not walked one by one; when one may not, every request is checked in
-order, which names the first wrong field exactly as a single enqueue would.
+passes, the requests are not walked one by one; when one may not, they are, in order. Either
+way a batch checks every request's kind, fields and JSON first, in request order (the first
+request that fails raises, naming its first wrong field), and then each kind's payloads against
+its variants, kind by kind: a later request's wrong field raises before an earlier request's
+payload that its variants refuse (so did the batch before these columns).
 """
 
 from __future__ import annotations
@@ -183,15 +186,15 @@ def prepare_batch(
 ) -> PreparedBatch:
     """A batch checked against its kinds: each request's fields (column by column while the
     columns are clean), then each kind's payloads against its variants in one validator call
-    (``ActionVariants.decode_many``). The first wrong request raises, as :func:`prepare_one`."""
+    (``ActionVariants.decode_many``); in which order errors are found: the module's docstring."""
     try:
         entries = {kind: registry.get(kind) for kind in dict.fromkeys(r.kind for r in requests)}
         attempts = _clean_columns(requests, entries)
     except UnknownKind:
         attempts = None
     if attempts is None:
-        # Request by request, as prepare_one: the first wrong request, and in it the first
-        # wrong field, raises (an unknown kind, a field, a payload that is not JSON).
+        # Request by request: the first wrong request, and in it the first wrong field, raises
+        # (an unknown kind, a field, a payload that is not JSON).
         return _walked(registry, requests, now, retention_days)
     checked = any(entry.checks_enqueue for entry in entries.values())
     payloads: list[dict[str, Any]] = []

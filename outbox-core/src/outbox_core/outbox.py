@@ -173,7 +173,7 @@ class Outbox:
 
     def enqueue_steps(self, request: ActionRequest) -> Steps[Enqueued]:
         """:meth:`enqueue` as steps (``yield from outbox.enqueue_steps(request)``)."""
-        now = (yield from self._now_steps()) if request.expires_at is not None else None
+        now = (yield from self._now_steps()) if self._needs_clock((request,)) else None
         prepared = prepare_one(self.registry, request, now, self.settings.retention_days)
         if prepared.entry.checks_enqueue:
             yield from self._checks((prepared,))

@@ -68,14 +68,20 @@ class Claims:
     async def listen(self) -> None:
         """LISTEN on a connection of its own (never the pool's) and wake the claim loop."""
         rt = self.rt
-        channel = sql.SQL("LISTEN {}").format(sql.Identifier(rt.outbox.channel))
+        # The server's pid in the same round trip (the statement still reads "LISTEN ..." in
+        # pg_stat_activity): the row that asks producers for wake-ups names it.
+        channel = sql.SQL("LISTEN {}; SELECT pg_backend_pid()").format(
+            sql.Identifier(rt.outbox.channel)
+        )
         backoff = 0.5
         while not rt.stopping:
             try:
                 async with await AsyncConnection.connect(rt.conninfo, autocommit=True) as conn:
-                    await conn.execute(channel)
+                    cursor = await conn.execute(channel)
+                    cursor.nextset()  # past LISTEN's result, to the pid's
+                    pid = await cursor.fetchone()
                     backoff = 0.5
-                    self.waiting.listener_pid = conn.info.backend_pid
+                    self.waiting.listener_pid = int(pid[0]) if pid is not None else None
                     rt.wake.set()
                     async for _ in conn.notifies():
                         rt.wake.set()

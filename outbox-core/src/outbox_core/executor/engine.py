@@ -187,8 +187,8 @@ class Executor:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             stopper.cancel()
-            await self.claims.waiting.leave()
             left = await self._wait_running(rt.settings.shutdown_seconds)
+            await self.claims.waiting.leave()
             rt.chaining = False
             event(
                 "executor.stopped",

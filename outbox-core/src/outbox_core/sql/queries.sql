@@ -8,12 +8,9 @@
 -- only when the caller commits). The request is one JSON array, its columns in the order of
 -- REQUEST_COLUMNS (enqueue_rows.py): one parameter for the client to adapt, not one per
 -- column, and no key names for it to encode.
--- A wake-up only when it can start an action and reach an executor that waits for one: when
--- the action is its lane's head and due (its lane's row was written, a new lane or one whose
--- due time or head it lowered, with a due time that has come; an action behind its lane's
--- head wakes nobody, the head's ending chains it or lowers the lane) and an executor waits
--- (wake_wanted_v1, migration 0016). PostgreSQL serialises the commits of transactions that
--- notified, so a notification nobody needs costs concurrent producers their group commit.
+-- The wake-up only when an executor waits for one (wake_wanted_v1, migration 0016):
+-- PostgreSQL serialises the commits of transactions that notified, so a notification nobody
+-- needs costs concurrent producers their group commit.
 -- A proposal holds its lane too, so it gets the lane's row, but no due time there (NULL:
 -- nothing to claim until it is admitted) and no wake-up.
 WITH new_action AS (
@@ -39,10 +36,9 @@ WITH new_action AS (
      -- and index entries.
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
-    RETURNING next_at
 )
 SELECT id, (SELECT count(pg_notify({channel}, ''))
-              FROM lane WHERE next_at <= now() AND {schema}.wake_wanted_v1())
+              FROM new_action WHERE state = 'ADMITTED' AND {schema}.wake_wanted_v1())
   FROM new_action
 
 -- name: enqueue_many
@@ -51,7 +47,7 @@ SELECT id, (SELECT count(pg_notify({channel}, ''))
 -- caller's order, or one value for every request (`whole` below); `each` zips the lists.
 -- Its parsing costs the server less than a parameter per column cost the client. The lane
 -- rows are upserted once per lane (an upsert may not touch one row twice in a statement), and
--- one wake-up is sent when a lane's row was written due (see enqueue).
+-- one wake-up is sent (see enqueue).
 -- Two batches that share keys must not deadlock: an insert whose key another transaction has
 -- just inserted waits for that transaction, so two batches that insert shared keys in
 -- different orders (one reversed) each wait for the other. Every batch therefore inserts in
@@ -152,11 +148,10 @@ WITH batch AS MATERIALIZED (
      -- and index entries.
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
-    RETURNING next_at
 )
 SELECT (SELECT array_agg(id ORDER BY id) FROM new_action),
        (SELECT count(pg_notify({channel}, ''))
-          FROM (SELECT 1 FROM lane WHERE next_at <= now() LIMIT 1) due
+          FROM (SELECT 1 FROM new_action WHERE state = 'ADMITTED' LIMIT 1) admitted
          WHERE {schema}.wake_wanted_v1())
 
 -- name: trace_contexts
@@ -179,17 +174,22 @@ SELECT now()
 INSERT INTO {schema}.executor_waiting (listener_pid) VALUES (%(pid)s)
 ON CONFLICT (listener_pid) DO UPDATE SET since = now()
 
--- name: waiting_snapshot
--- The transactions running once a registration committed: an enqueue among them may have
--- missed it (see waiting_drained). Its own statement, after the registration's commit.
-SELECT pg_current_snapshot()::text
+-- name: waiting_watch
+-- Once a registration committed: a snapshot, and a transaction id drawn after it. Every
+-- enqueue whose check missed the registration had its id by then, so it is below the drawn
+-- one; the ones still running are the snapshot's list and those at or above its xmax (which
+-- a snapshot does not list: see waiting_running).
+SELECT pg_current_snapshot()::text, pg_current_xact_id()::text::bigint
 
--- name: waiting_drained
--- Whether every transaction of that snapshot has ended: then any action they enqueued is
--- committed (or rolled back) and a claim sees it.
-SELECT NOT EXISTS (
-    SELECT 1 FROM pg_snapshot_xip(%(snapshot)s::pg_snapshot) x
-     WHERE pg_xact_status(x) = 'in progress')
+-- name: waiting_running
+-- How many of the watched transactions (waiting_watch) still run.
+SELECT count(*)
+  FROM (SELECT x FROM pg_snapshot_xip(%(snapshot)s::pg_snapshot) x
+        UNION ALL
+        SELECT g::text::xid8
+          FROM generate_series(pg_snapshot_xmax(%(snapshot)s::pg_snapshot)::text::bigint,
+                               %(drawn)s::bigint - 1) g) watched
+ WHERE pg_xact_status(x) = 'in progress'
 
 -- name: waiting_leave
 DELETE FROM {schema}.executor_waiting WHERE listener_pid = ANY(%(pids)s::integer[])
@@ -223,8 +223,7 @@ WITH admitted AS (
      WHERE l.next_at IS DISTINCT FROM LEAST(l.next_at, excluded.next_at)
         OR l.head_id IS DISTINCT FROM LEAST(l.head_id, excluded.head_id)
 )
-SELECT id, (SELECT count(pg_notify({channel}, ''))
-              FROM admitted WHERE due_at <= now() AND {schema}.wake_wanted_v1())
+SELECT id, (SELECT count(pg_notify({channel}, '')) FROM admitted WHERE {schema}.wake_wanted_v1())
   FROM admitted
 
 -- name: cancel_unstarted

@@ -946,8 +946,8 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migration (
 -- 10. Wake-ups ------------------------------------------------------------------------------
 -- An enqueue notifies only when an executor waits for a wake-up (migration 0016, which says
 -- why and how the race with a registering executor is closed; executor/waiting.py is the
--- executor's side). A row per executor that may wait, keyed by the backend of the connection
--- it LISTENs on; UNLOGGED: the rows describe the connections of now.
+-- executor's side). A row per executor that may wait, keyed by the server's pid of the
+-- connection it LISTENs on; UNLOGGED: the rows describe the connections of now.
 CREATE UNLOGGED TABLE {schema}.executor_waiting (
     listener_pid  integer PRIMARY KEY,
     since         timestamptz NOT NULL DEFAULT now()

@@ -7,17 +7,18 @@
 -- executor needs no notification: its next claim round finds the action. Only an executor
 -- whose claim loop waits (for a notification or its poll) does.
 --
--- executor_waiting holds a row for each executor that may wait: the backend pid of the
--- connection it LISTENs on. An executor writes its row before it waits, and removes it once it
--- has been busy for a while (outbox_core/executor/waiting.py). wake_wanted_v1() tells an
--- enqueue whether to notify: whether a row exists, read with a snapshot of its own, taken
--- after the enqueue's insert (the function is VOLATILE: each of its statements takes a new
--- snapshot under READ COMMITTED). The race that leaves, an executor that registers while an
--- enqueue that did not see its row is still running, the executor closes: after registering it
--- waits until every transaction that was running then has ended, and claims once more. An
--- enqueue whose insert came first is one of those transactions, and one that came later
--- sees the row. A REPEATABLE READ or SERIALIZABLE caller reads with its transaction's
--- snapshot, which may predate a registration: it always notifies.
+-- executor_waiting holds a row for each executor that may wait: the server's pid of the
+-- connection it LISTENs on. An executor writes its row before it waits (again at each poll),
+-- and removes it once it has been busy for a while (outbox_core/executor/waiting.py).
+-- wake_wanted_v1() tells an enqueue whether to notify: whether a row exists, read with a
+-- snapshot of its own, taken after the enqueue's insert (the function is VOLATILE: each of its
+-- statements takes a new snapshot under READ COMMITTED). The race that leaves, an enqueue whose
+-- check came before a registration committed, the executor closes: its transaction had its id
+-- by then, so once the row is committed the executor draws an id of its own and watches the
+-- transactions below it that still run (its snapshot's list and those at or above the
+-- snapshot's xmax, which a snapshot does not list), claiming at once and again whenever fewer of
+-- them run. A REPEATABLE READ or SERIALIZABLE caller reads with its transaction's snapshot,
+-- which may predate a registration: it always notifies.
 --
 -- SECURITY DEFINER: an application's role that may enqueue (docs/operations.md, "The database
 -- role") calls it without a grant on the table, which it never reads otherwise; it says only
