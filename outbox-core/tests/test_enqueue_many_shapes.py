@@ -133,3 +133,44 @@ def test_a_key_that_exists_answers_its_action_in_a_batch_of_new_ones(
     assert [a.created for a in answers] == [True, False, True, False]
     assert answers[1].id == old.id and answers[3].id == answers[0].id
     assert answers[0].id < answers[2].id  # drawn in the caller's order
+
+
+TEXTS = st.one_of(
+    st.none(),
+    st.text(max_size=8),
+    st.sampled_from(["", " ", "\x00", "\ud800", "é" * 600, "x" * 1001, "lane", "ü"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.lists(
+        st.tuples(st.sampled_from(["TEST_NOOP", "TEST_PAINT"]), TEXTS, TEXTS, TEXTS, TEXTS),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_column_checks_pass_a_batch_only_when_each_request_passes(
+    fields: list[tuple[str, Any, Any, Any, Any]],
+) -> None:
+    """The batch's column checks (enqueue_rows._clean_columns) restate the request check
+    (checked_fields) for speed: they may send a clean batch to the request-by-request walk,
+    never let a wrong request through, and agree on the attempts."""
+    from outbox_core import KindRegistry
+    from outbox_core.enqueue_rows import _clean_columns, checked_fields
+
+    from .kinds import NoopAdapter, WorkspaceAdapter
+
+    registry = KindRegistry()
+    for adapter in (NoopAdapter, WorkspaceAdapter):
+        registry.register(adapter)
+    requests = [
+        ActionRequest(kind, lane, key, workspace_id=workspace, subject_account_id=subject)
+        for kind, lane, key, workspace, subject in fields
+    ]
+    entries = {request.kind: registry.get(request.kind) for request in requests}
+    attempts = _clean_columns(requests, entries)
+    if attempts is None:
+        return
+    each = [checked_fields(r, entries[r.kind].adapter, None, 30.0) for r in requests]
+    assert each == ([attempts] * len(requests) if isinstance(attempts, int) else attempts)
