@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -123,45 +124,23 @@ async def until(condition: object, what: str, seconds: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_an_enqueue_that_missed_the_registration_starts_when_its_transaction_ends(
-    db: OutboxTestDatabase,
-) -> None:
-    """The producer inserts (and finds nobody waiting) before the executor registers, and
-    commits after: it does not notify, and the executor claims once the transactions that
-    were running at its registration have ended, not at its poll (an hour here)."""
+@asynccontextmanager
+async def running(
+    db: OutboxTestDatabase, *, registered_first: bool = True, **settings: Any
+) -> AsyncIterator[Executor]:
+    """An executor's run loop (by default once it has registered: idle, its first claim found
+    nothing), stopped and closed at the end."""
     stop = asyncio.Event()
-    executor = db.executor(poll_seconds=3600.0)
-    with db.connect() as producer:
-        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "missed"))
-        runner = asyncio.create_task(executor.run(stop))
-        try:
-            await until(lambda: registered(db) == 1, "the executor did not register")
-            await asyncio.sleep(0.2)  # it waits, watching the producer's transaction
-            producer.commit()
-            await until(
-                lambda: db.scalar("SELECT state FROM {schema}.agent_action") == "DONE",
-                "the executor waited for its poll",
-            )
-        finally:
-            stop.set()
-            await runner
-            await executor.close()
-    assert registered(db) == 0  # it left as it stopped
-
-
-async def running(db: OutboxTestDatabase, executor: Executor) -> asyncio.Task[None]:
-    """The executor's run loop, once it has registered (idle: its first claim found nothing)."""
-    stop = asyncio.Event()
+    executor = db.executor(**settings)
     runner = asyncio.create_task(executor.run(stop))
-    runner.stop = stop  # type: ignore[attr-defined]
-    await until(lambda: registered(db) == 1, "the executor did not register")
-    return runner
-
-
-async def stopped(runner: asyncio.Task[None], executor: Executor) -> None:
-    runner.stop.set()  # type: ignore[attr-defined]
-    await runner
-    await executor.close()
+    try:
+        if registered_first:
+            await until(lambda: registered(db) == 1, "the executor did not register")
+        yield executor
+    finally:
+        stop.set()
+        await runner
+        await executor.close()
 
 
 def done(db: OutboxTestDatabase, key: str) -> bool:
@@ -169,14 +148,27 @@ def done(db: OutboxTestDatabase, key: str) -> bool:
     return bool(state == "DONE")
 
 
+async def test_an_enqueue_that_missed_the_registration_starts_when_its_transaction_ends(
+    db: OutboxTestDatabase,
+) -> None:
+    """The producer inserts (and finds nobody waiting) before the executor registers, and
+    commits after: it does not notify, and the executor claims when that transaction has
+    ended, not at its poll (an hour here)."""
+    with db.connect() as producer:
+        db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "missed"))
+        async with running(db, poll_seconds=3600.0):
+            await asyncio.sleep(0.2)  # it waits, watching the producer's transaction
+            producer.commit()
+            await until(lambda: done(db, "missed"), "the executor waited for its poll")
+    assert registered(db) == 0  # it left as it stopped
+
+
 async def test_a_head_that_a_claim_skipped_while_a_second_producer_held_its_lane_starts_at_once(
     db: OutboxTestDatabase,
 ) -> None:
     """The first producer's commit wakes the executor, whose claim skips the lane the second
     producer's enqueue holds; the second producer's commit (behind the head) wakes it again."""
-    executor = db.executor(poll_seconds=3600.0)
-    runner = await running(db, executor)
-    try:
+    async with running(db, poll_seconds=3600.0):
         with db.connect() as first, db.connect() as second:
             db.outbox.enqueue(first, ActionRequest("TEST_NOOP", "hot", "head"))
             enqueued = asyncio.get_running_loop().run_in_executor(
@@ -189,8 +181,6 @@ async def test_a_head_that_a_claim_skipped_while_a_second_producer_held_its_lane
             await asyncio.sleep(0.2)
             second.commit()
         await until(lambda: done(db, "head") and done(db, "behind"), "the head waited the poll")
-    finally:
-        await stopped(runner, executor)
 
 
 async def test_a_producer_whose_id_came_after_the_registrations_is_watched_too(
@@ -203,14 +193,12 @@ async def test_a_producer_whose_id_came_after_the_registrations_is_watched_too(
         "CREATE FUNCTION {schema}.slow_registration() RETURNS trigger LANGUAGE plpgsql AS "
         "$$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
     )
+    # AFTER the row: the registration's transaction has its id while it sleeps.
     db.execute(
         "CREATE TRIGGER slow AFTER INSERT ON {schema}.executor_waiting "
         "FOR EACH ROW EXECUTE FUNCTION {schema}.slow_registration()"
     )
-    stop = asyncio.Event()
-    executor = db.executor(poll_seconds=3600.0)
-    runner = asyncio.create_task(executor.run(stop))
-    try:
+    async with running(db, registered_first=False, poll_seconds=3600.0):
         await until(
             lambda: (
                 db.scalar(
@@ -228,10 +216,6 @@ async def test_a_producer_whose_id_came_after_the_registrations_is_watched_too(
             await asyncio.sleep(0.2)
             producer.commit()
         await until(lambda: done(db, "late-id"), "the executor waited for its poll")
-    finally:
-        stop.set()
-        await runner
-        await executor.close()
 
 
 async def test_an_unrelated_long_transaction_delays_nothing(db: OutboxTestDatabase) -> None:
@@ -240,30 +224,22 @@ async def test_an_unrelated_long_transaction_delays_nothing(db: OutboxTestDataba
     with db.connect() as unrelated, db.connect() as producer:
         unrelated.execute("SELECT pg_current_xact_id()")  # an id, and it stays open
         db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "missed"))
-        executor = db.executor(poll_seconds=3600.0)
-        runner = await running(db, executor)
-        try:
+        async with running(db, poll_seconds=3600.0):
             await asyncio.sleep(0.2)
             producer.commit()
             await until(lambda: done(db, "missed"), "the executor waited for its poll")
-        finally:
-            await stopped(runner, executor)
 
 
 async def test_a_row_removed_from_under_an_idle_executor_comes_back_at_its_next_poll(
     db: OutboxTestDatabase,
 ) -> None:
-    executor = db.executor(poll_seconds=0.5)
-    runner = await running(db, executor)
-    try:
+    async with running(db, poll_seconds=0.5):
         db.execute("DELETE FROM {schema}.executor_waiting")
         await until(lambda: registered(db) == 1, "the row did not come back")
         with db.connect() as producer:
             db.outbox.enqueue(producer, ActionRequest("TEST_NOOP", "lane", "after"))
             producer.commit()
         await until(lambda: done(db, "after"), "the action did not start")
-    finally:
-        await stopped(runner, executor)
 
 
 async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idle(
@@ -277,11 +253,7 @@ async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idl
         return Done()
 
     ScriptedAdapter.script = slow
-    stop = asyncio.Event()
-    executor = db.executor(concurrency=1)
-    runner = asyncio.create_task(executor.run(stop))
-    try:
-        await until(lambda: registered(db) == 1, "the idle executor did not register")
+    async with running(db, concurrency=1):
         with db.connect() as conn:
             db.outbox.enqueue_many(
                 conn,
@@ -300,10 +272,6 @@ async def test_a_busy_executor_stops_asking_for_wake_ups_and_asks_again_when_idl
             "the backlog did not finish",
         )
         await until(lambda: registered(db) == 1, "the idle executor did not register again")
-    finally:
-        stop.set()
-        await runner
-        await executor.close()
 
 
 async def test_the_row_of_an_executor_that_is_gone_is_swept(db: OutboxTestDatabase) -> None:
@@ -322,17 +290,9 @@ async def test_the_row_of_an_executor_that_is_gone_is_swept(db: OutboxTestDataba
 async def test_an_idle_executor_registers_the_backend_it_listens_on(
     db: OutboxTestDatabase,
 ) -> None:
-    stop = asyncio.Event()
-    executor = db.executor(poll_seconds=3600.0)
-    runner = asyncio.create_task(executor.run(stop))
-    try:
+    async with running(db, poll_seconds=3600.0):
         await listening(db, 1)
-        await until(lambda: registered(db) == 1, "the idle executor did not register")
         assert db.scalar(
             "SELECT a.query FROM {schema}.executor_waiting w "
             "JOIN pg_stat_activity a ON a.pid = w.listener_pid"
         ).startswith("LISTEN")
-    finally:
-        stop.set()
-        await runner
-        await executor.close()
