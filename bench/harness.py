@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from loopback_http import named_processes_cpu_seconds
 from pydantic import BaseModel
 
 from outbox_core import (
@@ -224,16 +224,4 @@ BENCH_KINDS = (BenchNoop, BenchFenced, BenchLatency, BenchOther, BenchFiltered, 
 def postgres_cpu_seconds() -> float:
     """CPU time (user + system) of every running `postgres` process on this machine, from /proc.
     Read it before and after a run while the run's connections are still open."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        if name != "postgres":
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / ticks
+    return named_processes_cpu_seconds("postgres")
