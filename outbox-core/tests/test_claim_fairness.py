@@ -5,9 +5,12 @@ Found by the chaos run (issue 22; docs/reliability.md): with every place taken, 
 chained claim (settle_v1) gave the freed place to the next action of the same lane, so the claim
 loop never had a free place, and a due lane outside the running ones (a new lane, a lane whose
 head was given back or reclaimed after a kill) waited until the running lanes' backlogs ran dry:
-613 s in a 700 s run, 2,326 heads waiting more than a minute. The executor now chains only while
-its last claim round took every due lane it saw; when due lanes were left behind, a freed lane
-is lowered to now and queues behind them (docs/design/claim.md, "The bound").
+613 s in a 700 s run, 2,326 heads waiting more than a minute (docs/design/claim.md, "The
+bound").
+
+The executor chains only while its last claim round took every due lane it saw; while due lanes
+were left behind, it still chains most freed places (chaining none halved the throughput) but
+gives one in CLAIM_SHARE to the claim loop, whose round takes the earliest due lanes.
 
 The test counts executions, not seconds: the late lane's action must be among the first few.
 """
@@ -18,6 +21,8 @@ import asyncio
 
 from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Done
 from outbox_core.executor import Executor
+from outbox_core.executor.endings import CLAIM_SHARE, Endings
+from outbox_core.executor.runtime import Runtime
 from outbox_core.testing import OutboxTestDatabase
 
 from .kinds import NoopAdapter
@@ -74,5 +79,30 @@ async def test_a_due_lane_is_claimed_while_running_lanes_have_a_backlog(
         await executor.close()
     assert "late" in recording.order
     waited = recording.order.index("late") - started
-    # Due behind at most the running lanes' next heads: a claim round or two.
-    assert waited <= 4 * PLACES, f"the late lane ran after {waited} other actions"
+    # Due behind at most the running lanes' next heads: a claim round or two, and the claim
+    # loop has a place for one after at most CLAIM_SHARE endings (the others are chained).
+    assert waited <= (CLAIM_SHARE + 1) * PLACES, f"the late lane ran after {waited} other actions"
+
+
+async def test_a_saturated_executor_gives_one_freed_place_in_claim_share_to_the_claim_loop(
+    db: OutboxTestDatabase,
+) -> None:
+    """While the claim rounds leave due lanes behind, the endings chain most freed places (a
+    chained claim is cheap: it goes to a known lane) and leave one in CLAIM_SHARE to the claim
+    loop, whose round takes the earliest due lanes; with no backlog, every batch chains."""
+    runtime = Runtime(db.outbox, db.url, db.settings, None, {"TEST_NOOP": NoopAdapter()})
+    endings = Endings(runtime, chained=lambda rows: None)
+    runtime.claim_backlog = True
+    singles = [endings._chains(1) for _ in range(4 * CLAIM_SHARE * 10)]
+    assert singles.count(False) == 10 * CLAIM_SHARE
+    assert "False, False" not in str(singles)  # given places spread out, never in a run
+    # Batches of any size: the places given stay one in CLAIM_SHARE, give or take a batch.
+    sizes = [1, 7, 30, 2, 500, 3, 64] * 20
+    given = sum(size for size in sizes if not endings._chains(size))
+    assert abs(given - sum(sizes) / CLAIM_SHARE) <= 500 + 30
+    runtime.claim_backlog = False
+    assert all(endings._chains(size) for size in sizes)
+    # A new backlog starts its count afresh: its first batch chains.
+    runtime.claim_backlog = True
+    assert endings._chains(1000)
+    assert not endings._chains(1)
