@@ -262,12 +262,9 @@ class Endings:
         """One batch in one round trip (settle_v2); in an explicit transaction only when a kind
         of the batch has an ended()/rescheduled() hook to run in it."""
         rt = self.rt
-        chain = (
-            rt.chaining
-            and not rt.stopping
-            and rt.chain_filter is not None
-            and self._chains(len(endings))
-        )
+        may_chain = rt.chaining and not rt.stopping and rt.chain_filter is not None
+        counted = may_chain and rt.claim_backlog  # _chains counts this batch's places
+        chain = may_chain and self._chains(len(endings))
         chained_filter = rt.chain_filter if chain and rt.chain_filter else _NO_FILTER
         params = {
             "endings": _endings_json(endings),
@@ -280,16 +277,23 @@ class Endings:
         by_id = {ending.action_id: ending for ending in endings}
         hooked = any(self._has_hooks(ending.kind) for ending in endings)
         params["brief"] = not hooked
-        async with rt.connection() as conn:
-            if hooked:
-                async with conn.transaction():
+        try:
+            async with rt.connection() as conn:
+                if hooked:
+                    async with conn.transaction():
+                        cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
+                        rows = await cursor.fetchall()
+                        actions = [Action.from_row(r[1:22]) for r in rows if r[0] == "ended"]
+                        await self._hooks(conn, actions, by_id)
+                else:
                     cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
                     rows = await cursor.fetchall()
-                    actions = [Action.from_row(row[1:22]) for row in rows if row[0] == "ended"]
-                    await self._hooks(conn, actions, by_id)
-            else:
-                cursor = await conn.execute(rt.queries["settle"], params, prepare=True)
-                rows = await cursor.fetchall()
+        except BaseException:
+            # Written again (_flush's retries, or one by one after a hook failed), and decided
+            # and counted again then: this try gave no place to anyone.
+            if counted:
+                self._uncount(chain, len(endings))
+            raise
         # The attempt number of each action that changed, by id.
         changed: dict[int, int] = {}
         chained = []
@@ -337,6 +341,13 @@ class Endings:
             return True
         self._given_places += places
         return False
+
+    def _uncount(self, chained: bool, places: int) -> None:
+        """Take back what :meth:`_chains` counted for a batch whose write failed."""
+        if chained:
+            self._chained_places = max(0, self._chained_places - places)
+        else:
+            self._given_places = max(0, self._given_places - places)
 
     def _has_hooks(self, kind: str) -> bool:
         hooked = self._hooked.get(kind)
