@@ -14,7 +14,6 @@ import psycopg
 from ..observability import BacklogSnapshot, event
 from ..results import StopReason
 from ..states import ActionState
-from . import waiting
 from .endings import Endings
 from .outcomes import Ending
 from .runtime import Runtime
@@ -58,7 +57,8 @@ class Maintenance:
 
     async def sweep_waiting(self) -> None:
         """Remove the wake-up registrations of executors that are gone (waiting.py)."""
-        await waiting.sweep(self.rt)
+        async with self.rt.connection() as conn:
+            await conn.execute(self.rt.queries["waiting_sweep"])
 
     async def sweep_expired(self) -> int:
         """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""

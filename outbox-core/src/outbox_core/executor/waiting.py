@@ -20,7 +20,8 @@ The row is written again at every poll that passes without a wake-up (so a row t
 operator or a sweep removed comes back, with a new watch), and deleted once the claim loop has
 not waited for ``BUSY_SECONDS`` (it has a backlog, or every place is taken): producers then stop
 notifying, and its next claim round finds their actions anyway. A row left by an executor that
-was killed costs notifications nobody reads until :func:`sweep` (the maintenance) removes it.
+was killed costs notifications nobody reads until the maintenance (``sweep_waiting``) removes
+it.
 """
 
 from __future__ import annotations
@@ -142,9 +143,3 @@ class Waiting:
         self._running = running
         self._look = min(self._look * 2, self.rt.settings.poll_seconds)
         return fewer
-
-
-async def sweep(runtime: Runtime) -> None:
-    """Remove the rows of executors whose listening connection is gone."""
-    async with runtime.connection() as conn:
-        await conn.execute(runtime.queries["waiting_sweep"])
