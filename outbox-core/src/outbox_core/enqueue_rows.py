@@ -8,8 +8,9 @@ for the whole batch when every request has the same (the kind of a one-kind batc
 its attempts, a workspace or subject shared by all, no ``not_before``): the statement reads
 either, and a batch sends only what varies.
 
-A batch is checked column by column (:func:`_clean_text`): when every value of a column surely
-passes, the requests are not walked one by one; when one may not, they are, in order. Either
+A batch is checked column by column (:func:`_clean_text`, and ``clean_json_many`` for the
+payloads): when every value of a column surely passes, the requests are not walked one by one;
+when one may not, they are, in order. Either
 way a batch checks every request's kind, fields and JSON first, in request order (the first
 request that fails raises, naming its first wrong field), and then each kind's payloads against
 its variants, kind by kind: a later request's wrong field raises before an earlier request's
@@ -18,9 +19,10 @@ payload that its variants refuse (so did the batch before these columns).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel
@@ -34,6 +36,7 @@ from .requests import (
     ActionRequest,
     Enqueued,
     clean_json,
+    clean_json_many,
     json_problem,
     text_problem,
 )
@@ -156,8 +159,14 @@ def checked_fields(
 
 def _stored(entry: RegisteredKind, request: ActionRequest) -> dict[str, Any]:
     """The request's payload as stored, or InvalidRequest naming where it is not JSON."""
-    payload = entry.variants.encode(request.payload)
-    misfit = json_problem(payload)
+    given = request.payload
+    # A mapping is checked as the caller gave it, before encode() copies it (a path into a
+    # payload that holds itself then names the caller's object, not the copy).
+    misfit = json_problem(given) if isinstance(given, Mapping) else None
+    if misfit is not None:
+        raise InvalidRequest(*misfit)
+    payload = entry.variants.encode(given)
+    misfit = None if isinstance(given, Mapping) else json_problem(payload)
     if misfit is not None:
         raise InvalidRequest(*misfit)
     return payload
@@ -197,6 +206,20 @@ def prepare_batch(
         # (an unknown kind, a field, a payload that is not JSON).
         return _walked(registry, requests, now, retention_days)
     checked = any(entry.checks_enqueue for entry in entries.values())
+    given: list[Any] = [request.payload for request in requests]
+    if not checked and set(map(type, given)) == {dict} and clean_json_many(given):
+        payloads: list[dict[str, Any]] = given  # plain dicts, stored as they are
+    else:
+        payloads = _stored_payloads(requests, entries, checked=checked)
+    bodies = _decoded(entries, requests, payloads, keep=checked)
+    return PreparedBatch(requests, entries, payloads, attempts, bodies)
+
+
+def _stored_payloads(
+    requests: Sequence[ActionRequest], entries: dict[str, RegisteredKind], *, checked: bool
+) -> list[dict[str, Any]]:
+    """The payloads as stored, request by request (the first that is not JSON raises, naming the
+    place): where the batch's payloads are not all plain dicts that surely pass together."""
     payloads: list[dict[str, Any]] = []
     append = payloads.append
     for request in requests:
@@ -208,8 +231,7 @@ def prepare_batch(
         if json_problem(payload) is not None:
             _stored(entries[request.kind], request)  # raises, naming the place
         append(payload)
-    bodies = _decoded(entries, requests, payloads, keep=checked)
-    return PreparedBatch(requests, entries, payloads, attempts, bodies)
+    return payloads
 
 
 def _walked(
@@ -246,16 +268,18 @@ def _decoded(
     keys = [request.idempotency_key for request in requests]
     if len(entries) == 1:
         ((kind, entry),) = entries.items()
-        bodies = entry.variants.decode_many(payloads, keys, kind=kind)
-        return bodies if keep else None
+        if not keep:
+            entry.variants.check_many(payloads, keys, kind=kind)
+            return None
+        return entry.variants.decode_many(payloads, keys, kind=kind)
     found: dict[int, BaseModel] = {}
     for kind, entry in entries.items():
         indexes = [i for i, request in enumerate(requests) if request.kind == kind]
-        decoded = entry.variants.decode_many(
-            [payloads[i] for i in indexes], [keys[i] for i in indexes], kind=kind
-        )
-        if keep:
-            found.update(zip(indexes, decoded, strict=True))
+        these = [payloads[i] for i in indexes], [keys[i] for i in indexes]
+        if not keep:
+            entry.variants.check_many(*these, kind=kind)
+            continue
+        found.update(zip(indexes, entry.variants.decode_many(*these, kind=kind), strict=True))
     return [found[index] for index in range(len(requests))] if keep else None
 
 
@@ -267,7 +291,7 @@ def _clean_columns(
     column by column; None when a request must be checked on its own (a value that may be
     wrong, or one the columns do not decide: an explicit ``max_attempts``, a time)."""
     for name in (*_REQUIRED_TEXT, *_OPTIONAL_TEXT):
-        values = [getattr(request, name) for request in requests]
+        values = _column(requests, name)
         if not _clean_text(values, optional=name in _OPTIONAL_TEXT):
             return None
     for request in requests:
@@ -384,7 +408,7 @@ def batch_document(batch: PreparedBatch) -> dict[str, Any]:
     batch inserts (by key in code point order, which is UTF-8's byte order, a repeated key in
     the caller's order: ``sorted`` is stable), so that the server sorts integers, not text."""
     requests = batch.requests
-    keys = [request.idempotency_key for request in requests]
+    keys = _column(requests, "idempotency_key")
     ranks = [0] * len(keys)
     for rank, index in enumerate(sorted(range(len(keys)), key=keys.__getitem__), start=1):
         ranks[index] = rank
@@ -402,25 +426,33 @@ def batch_document(batch: PreparedBatch) -> dict[str, Any]:
         "kind": kinds,
         "at_most_once": at_most_once,
         "instance_level": instance_level,
-        "workspace_id": _one_or_each([request.workspace_id for request in requests]),
-        "lane_key": _one_or_each([request.lane_key for request in requests]),
+        "workspace_id": _one_or_each(_column(requests, "workspace_id")),
+        "lane_key": _one_or_each(_column(requests, "lane_key")),
         "idempotency_key": keys,
         "payload": batch.payloads,
-        "subject_account_id": _one_or_each([request.subject_account_id for request in requests]),
+        "subject_account_id": _one_or_each(_column(requests, "subject_account_id")),
         "state": _one_or_each([_PROPOSED if r.proposed else _ADMITTED for r in requests]),
         "max_attempts": (
             batch.max_attempts
             if isinstance(batch.max_attempts, int)
             else _one_or_each(batch.max_attempts)
         ),
-        "due_at": _one_or_each([_iso(request.not_before) for request in requests]),
-        "expires_at": _one_or_each([_iso(request.expires_at) for request in requests]),
+        "due_at": _times(_column(requests, "not_before")),
+        "expires_at": _times(_column(requests, "expires_at")),
         "key_order": ranks,
     }
 
 
-def _iso(when: datetime | None) -> str | None:
-    return None if when is None else when.isoformat()
+def _column(requests: Sequence[ActionRequest], name: str) -> list[Any]:
+    """One field of every request, in request order."""
+    return list(map(attrgetter(name), requests))
+
+
+def _times(values: list[datetime | None]) -> Any:
+    """A column of times as the statement reads it: ISO 8601 text, or NULL for all."""
+    if values.count(None) == len(values):
+        return None
+    return _one_or_each([None if when is None else when.isoformat() for when in values])
 
 
 def _one_or_each(values: list[Any]) -> Any:

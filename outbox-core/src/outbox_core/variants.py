@@ -159,10 +159,37 @@ class ActionVariants:
         try:
             return list(_many(self.model).validate_python(payloads))
         except ValidationError:
-            # Find the first culprit and name it as decode() does.
+            self._name_misfit(payloads, idempotency_keys, kind=kind)
+            raise  # pragma: no cover (a batch that fails has a member that fails)
+
+    def check_many(
+        self, payloads: Sequence[Any], idempotency_keys: Sequence[str], *, kind: str
+    ) -> None:
+        """:meth:`decode_many` for a caller that needs no model: the same checks, in the same
+        order, raising the same error, but the models are made ``CHECK_CHUNK`` payloads at a
+        time and each chunk's are dropped before the next is made."""
+        if self.shape == "tagged" or len(payloads) < 2:
             for payload, key in zip(payloads, idempotency_keys, strict=True):
                 self.decode(payload, key, kind=kind)
+            return
+        assert self.model is not None
+        if self.suffixes is not None:
+            for key in idempotency_keys:
+                self.check_key(key, kind=kind)
+        validate = _many(self.model).validate_python
+        try:
+            for start in range(0, len(payloads), CHECK_CHUNK):
+                validate(payloads[start : start + CHECK_CHUNK])
+        except ValidationError:
+            self._name_misfit(payloads, idempotency_keys, kind=kind)
             raise  # pragma: no cover (a batch that fails has a member that fails)
+
+    def _name_misfit(
+        self, payloads: Sequence[Any], idempotency_keys: Sequence[str], *, kind: str
+    ) -> None:
+        """Raises as :meth:`decode` does for the first payload that does not fit."""
+        for payload, key in zip(payloads, idempotency_keys, strict=True):
+            self.decode(payload, key, kind=kind)
 
     def check_key(self, idempotency_key: str, *, kind: str) -> None:
         """:class:`InvalidRequest` when the key's last segment names a variant this build lacks
@@ -214,6 +241,15 @@ class ActionVariants:
 def _require_model(model: Any, where: str) -> None:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"{where}: expected a pydantic model class, got {model!r}")
+
+
+CHECK_CHUNK = 128
+"""How many payloads :meth:`ActionVariants.check_many` validates at a time: few enough that
+their models (a model, its ``__dict__`` and its set of fields set: three objects the garbage
+collector tracks) are dropped before the collector's youngest generation fills (700 objects
+by default). A batch's 10,000 models kept at once outlived it instead, and the collector's full
+passes then walked every object the process holds: a third of a bulk enqueue's time in Python
+(docs/benchmarks.md, issue 23)."""
 
 
 @functools.cache
