@@ -113,6 +113,32 @@ def test_a_repeatable_read_producer_always_notifies(db: OutboxTestDatabase) -> N
         assert heard_once(conn)
 
 
+def test_a_callers_search_path_decides_nothing_in_the_wake_check(db: OutboxTestDatabase) -> None:
+    """wake_wanted_v1 is SECURITY DEFINER without a SET clause (migration 0017): every name in
+    it is qualified, so a caller's schema placed before pg_catalog cannot change its answer."""
+    with db.connect() as conn:
+        conn.execute("CREATE SCHEMA shadow")
+        conn.execute(
+            "CREATE FUNCTION shadow.current_setting(text) RETURNS text "
+            "LANGUAGE sql AS $$ SELECT 'serializable' $$"
+        )
+        conn.execute(
+            "CREATE FUNCTION shadow.differ(text, text) RETURNS boolean "
+            "LANGUAGE sql AS $$ SELECT true $$"
+        )
+        conn.execute(
+            "CREATE OPERATOR shadow.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = shadow.differ)"
+        )
+        conn.execute("SET search_path = shadow, pg_catalog")
+        # The shadows answer for an unqualified name: the check below would notify with them.
+        assert conn.execute("SELECT current_setting('x') <> 'read committed'").fetchone() == (True,)
+        wake = f'SELECT "{db.schema}".wake_wanted_v1()'
+        assert conn.execute(wake).fetchone() == (False,)
+        db.execute("INSERT INTO {schema}.executor_waiting (listener_pid) VALUES (0)")
+        assert conn.execute(wake).fetchone() == (True,)
+        conn.rollback()
+
+
 def registered(db: OutboxTestDatabase) -> int:
     return int(db.scalar("SELECT count(*) FROM {schema}.executor_waiting"))
 
