@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -78,11 +79,13 @@ def single(conn: psycopg.Connection[Any], outbox: Outbox, n: int, lanes: int) ->
     done = 0
     while done < n:
         size = min(block, n - done)
+        gc.collect()
         with Timer() as timer:
             for i in range(done, done + size):
                 outbox.enqueue(conn, request(f"single-{i}", i, lanes))
                 conn.commit()
         seconds["outbox"] += timer.seconds
+        gc.collect()
         with Timer() as timer:
             for i in range(done, done + size):
                 conn.execute(RAW_INSERT, (f"lane-{i % lanes}", f"raw-single-{i}", Jsonb({"n": i})))
@@ -100,11 +103,16 @@ def bulk(
     times: dict[str, list[float]] = {"bulk": [], "raw_bulk": [], "raw_bulk_json": []}
     for r in range(rounds):
         requests = [request(f"bulk-{r}-{i}", i, lanes) for i in range(n)]
+        # Each batch starts from a collected heap (here and below), so that the garbage collector
+        # does not walk one form's leftovers on the next form's time.
+        gc.collect()
         with Timer() as timer:
             ids = outbox.enqueue_many(conn, requests)
             conn.commit()
         times["bulk"].append(timer.seconds)
         assert len(ids) == n and all(e.created for e in ids)
+        del ids
+        gc.collect()
         with Timer() as timer:
             params = (
                 [f"lane-{i % lanes}" for i in range(n)],
@@ -115,6 +123,8 @@ def bulk(
             conn.commit()
         times["raw_bulk"].append(timer.seconds)
         assert len(rows) == n
+        del rows, params
+        gc.collect()
         with Timer() as timer:
             doc = json.dumps(
                 [[f"lane-{i % lanes}", f"raw-json-{r}-{i}", {"n": i}] for i in range(n)]
@@ -171,9 +181,21 @@ async def producers(url: str, outbox: Outbox, count: int, n: int, lanes: int) ->
                     await one(conn, i)
                     await conn.commit()
 
+            # The listener reads what arrives, as an executor does: notifications left unread
+            # would pile up in the server's queue, which no real executor lets happen.
+            stop = asyncio.Event()
+
+            async def drain(stop: asyncio.Event = stop) -> None:
+                while not stop.is_set():
+                    async for _ in listener.notifies(timeout=0.2):
+                        pass
+
+            reader = asyncio.create_task(drain())
             with Timer() as timer:
                 await asyncio.gather(*(loop(conn, k * per) for k, conn in enumerate(conns)))
             out[f"{name}_per_s"] = per * count / timer.seconds
+            stop.set()
+            await reader
             if waiting:
                 await listener.execute("DELETE FROM outbox.executor_waiting")
     finally:
