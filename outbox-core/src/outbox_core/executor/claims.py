@@ -29,6 +29,8 @@ class Claims:
         self.attempts = attempts
         self.endings = endings
         self.waiting = Waiting(runtime)
+        self._turn = 0
+        """Which group of :meth:`round` goes first (counts the rounds)."""
 
     async def loop(self) -> None:
         """Claim while there is room, then wait for a wake-up or the poll."""
@@ -46,14 +48,8 @@ class Claims:
                 continue
             limit = min(free, rt.settings.claim_batch)
             rt.wake.clear()
-            more = False
             try:
-                # One claim per kind that has a slot limit, bounded by its free slots: an
-                # attempt never waits on its kind's slots while its lease runs down.
-                for kinds, group_limit in self.groups(limit):
-                    rows, visited = await self.claim(group_limit, kinds)
-                    self.attempts.dispatch(rows)
-                    more = more or visited >= group_limit
+                _, more = await self.round(limit)
                 rt.claim_backlog = more
                 rt.tally.flush()
             except psycopg.OperationalError as exc:
@@ -90,6 +86,32 @@ class Claims:
                 event("executor.listen.lost", level=logging.WARNING, error=type(exc).__name__)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+    async def round(self, limit: int) -> tuple[bool, bool]:
+        """One claim round for ``limit`` places, group by group (:meth:`groups`), the places
+        shared: each group claims at most what the groups before it left, so a round never
+        starts more attempts than ``limit``. The group that goes first turns from round to
+        round: under saturation the first group could take every place, and a kind with a slot
+        limit would then never run while the others had work (nor they while it had).
+        Returns whether it found anything (claimed, or looked at heads), and whether it left
+        due lanes behind (a group that filled its share, or one it had no place left for)."""
+        groups = self.groups(limit)
+        if not groups:  # every kind has a slot limit, and none has a free slot
+            return False, False
+        first = self._turn % len(groups)
+        self._turn += 1
+        left, found, more = limit, False, False
+        for kinds, group_limit in groups[first:] + groups[:first]:
+            if left <= 0:
+                more = True  # a group with no place left may have due lanes
+                break
+            share = min(group_limit, left)
+            rows, visited = await self.claim(share, kinds)
+            self.attempts.dispatch(rows)
+            left -= len(rows)
+            found = found or bool(rows) or visited > 0
+            more = more or visited >= share
+        return found, more
 
     def groups(self, limit: int) -> list[ClaimGroup]:
         """The claims to make for ``limit`` places: one for the kinds without a slot limit,

@@ -268,11 +268,7 @@ class Executor:
                 # Kind by kind where a kind has a slot limit, as the run loop claims: an
                 # attempt claimed beyond its kind's slots would wait for one while its lease
                 # runs down.
-                found = False
-                for kinds, group_limit in self.claims.groups(rt.settings.claim_batch):
-                    rows, visited = await self.claims.claim(group_limit, kinds)
-                    self.attempts.dispatch(rows)
-                    found = found or bool(rows) or visited > 0
+                found, _ = await self.claims.round(rt.settings.claim_batch)
                 await self.settle()
                 if not found:
                     break
