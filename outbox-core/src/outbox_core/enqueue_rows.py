@@ -347,6 +347,9 @@ def _clean_text(values: list[Any], *, optional: bool) -> bool:
 def distinct_keys(requests: Sequence[ActionRequest]) -> int:
     """How many keys the batch holds; IdempotencyConflict when it uses one key for two
     different effects (a key repeated for the same effect is one request, answered twice)."""
+    distinct = len(set(_column(requests, "idempotency_key")))
+    if distinct == len(requests):  # no key repeated: nothing to compare
+        return distinct
     seen: dict[str, ActionRequest] = {}
     for request in requests:
         first = seen.setdefault(request.idempotency_key, request)
