@@ -14,7 +14,7 @@ the systems interleaved:
   ``NOTIFY`` in its transaction: PostgreSQL serialises the commits of transactions that
   notified, so this shows what the wake-up costs group commit.
 
-    python bench/enqueue.py [--single 5000] [--bulk 10000] [--lanes 1000] [--rounds 3]
+    python bench/enqueue.py [--single 5000] [--bulk 10000] [--lanes 1000] [--rounds 7]
                             [--producers 1,4,16,64] [--producer-actions 4000] [--repeat 3]
 """
 
@@ -25,6 +25,7 @@ import asyncio
 import gc
 import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -73,26 +74,32 @@ def request(key: str, i: int, lanes: int) -> ActionRequest:
 
 
 def single(conn: psycopg.Connection[Any], outbox: Outbox, n: int, lanes: int) -> dict[str, float]:
-    """Alternating blocks of outbox and raw, so that drift of the machine hits both alike."""
+    """Outbox and raw in turn, one action each, each timed on its own: the commit's flush is most
+    of a round, and here it took from 0.3 to 2 ms within minutes, so blocks of one form (of 250,
+    then of 50) caught slow spells the other missed (run-by-run ratios from 0.77 to 1.15).
+    ``request`` is built outside the timer, as the raw form's parameters are."""
     seconds = {"outbox": 0.0, "raw": 0.0}
-    block = max(1, min(250, n // 4))
-    done = 0
-    while done < n:
-        size = min(block, n - done)
-        gc.collect()
-        with Timer() as timer:
-            for i in range(done, done + size):
-                outbox.enqueue(conn, request(f"single-{i}", i, lanes))
-                conn.commit()
-        seconds["outbox"] += timer.seconds
-        gc.collect()
-        with Timer() as timer:
-            for i in range(done, done + size):
-                conn.execute(RAW_INSERT, (f"lane-{i % lanes}", f"raw-single-{i}", Jsonb({"n": i})))
-                conn.commit()
-        seconds["raw"] += timer.seconds
-        done += size
+    clock = time.perf_counter
+    gc.collect()
+    for i in range(n):
+        asked = request(f"single-{i}", i, lanes)
+        started = clock()
+        outbox.enqueue(conn, asked)
+        conn.commit()
+        seconds["outbox"] += clock() - started
+        params = (f"lane-{i % lanes}", f"raw-single-{i}", Jsonb({"n": i}))
+        started = clock()
+        conn.execute(RAW_INSERT, params)
+        conn.commit()
+        seconds["raw"] += clock() - started
     return {"single_per_s": n / seconds["outbox"], "raw_single_per_s": n / seconds["raw"]}
+
+
+def settle(conn: psycopg.Connection[Any]) -> None:
+    """Before a timed batch: the heap collected, the dirty pages written (CHECKPOINT)."""
+    gc.collect()
+    conn.execute("CHECKPOINT")
+    conn.commit()
 
 
 def bulk(
@@ -103,16 +110,17 @@ def bulk(
     times: dict[str, list[float]] = {"bulk": [], "raw_bulk": [], "raw_bulk_json": []}
     for r in range(rounds):
         requests = [request(f"bulk-{r}-{i}", i, lanes) for i in range(n)]
-        # Each batch starts from a collected heap (here and below), so that the garbage collector
-        # does not walk one form's leftovers on the next form's time.
-        gc.collect()
+        # Each batch starts from a collected heap and a fresh checkpoint (here and below), so
+        # that the garbage collector does not walk one form's leftovers on the next form's time,
+        # nor a checkpoint that the last batch's WAL set off write out its pages.
+        settle(conn)
         with Timer() as timer:
             ids = outbox.enqueue_many(conn, requests)
             conn.commit()
         times["bulk"].append(timer.seconds)
         assert len(ids) == n and all(e.created for e in ids)
         del ids
-        gc.collect()
+        settle(conn)
         with Timer() as timer:
             params = (
                 [f"lane-{i % lanes}" for i in range(n)],
@@ -124,7 +132,7 @@ def bulk(
         times["raw_bulk"].append(timer.seconds)
         assert len(rows) == n
         del rows, params
-        gc.collect()
+        settle(conn)
         with Timer() as timer:
             doc = json.dumps(
                 [[f"lane-{i % lanes}", f"raw-json-{r}-{i}", {"n": i}] for i in range(n)]
@@ -226,7 +234,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=5000)
     parser.add_argument("--bulk", type=int, default=10_000)
     parser.add_argument("--lanes", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3, help="bulk batches of each form a run")
+    parser.add_argument("--rounds", type=int, default=7, help="bulk batches of each form a run")
     parser.add_argument(
         "--producers",
         type=lambda text: [int(n) for n in text.split(",") if n],
