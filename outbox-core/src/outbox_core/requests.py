@@ -197,7 +197,9 @@ def clean_json_many(values: list[Any]) -> bool:
                 level if len(kinds) == 1 else [item for item in level if type(item) is kind]
             )
             if kind is dict:
-                if not _clean_texts(list(itertools.chain.from_iterable(same))):
+                keys = list(itertools.chain.from_iterable(same))
+                # Exact str keys, as clean_json asks (the join below takes str subclasses too).
+                if not set(map(type, keys)) <= {str} or not _clean_texts(keys):
                     return False
                 below.extend(itertools.chain.from_iterable(map(dict.values, same)))
             elif kind is list or kind is tuple:
