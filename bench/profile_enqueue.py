@@ -64,7 +64,7 @@ def one_batch(
     before = statement_ms(admin)
     t0 = time.perf_counter()
     batch = prepare_batch(outbox.registry, requests, None, outbox.settings.retention_days)
-    distinct = distinct_keys(requests)
+    distinct = distinct_keys(batch)
     t1 = time.perf_counter()
     document = batch_document(batch)
     t2 = time.perf_counter()

@@ -65,6 +65,8 @@ class PreparedBatch:
     per request: each would be one more for the garbage collector to walk)."""
 
     requests: Sequence[ActionRequest]
+    keys: list[str]
+    """Each request's idempotency key, in request order."""
     entries: dict[str, RegisteredKind]
     payloads: list[dict[str, Any]]
     max_attempts: list[int] | int
@@ -211,8 +213,9 @@ def prepare_batch(
         payloads: list[dict[str, Any]] = given  # plain dicts, stored as they are
     else:
         payloads = _stored_payloads(requests, entries, checked=checked)
-    bodies = _decoded(entries, requests, payloads, keep=checked)
-    return PreparedBatch(requests, entries, payloads, attempts, bodies)
+    keys = _column(requests, "idempotency_key")
+    bodies = _decoded(entries, requests, keys, payloads, keep=checked)
+    return PreparedBatch(requests, keys, entries, payloads, attempts, bodies)
 
 
 def _stored_payloads(
@@ -252,20 +255,21 @@ def _walked(
         attempts.append(checked_fields(request, entry.adapter, now, retention_days))
         payloads.append(_stored(entry, request))
     checked = any(entry.checks_enqueue for entry in entries.values())
-    bodies = _decoded(entries, requests, payloads, keep=checked)
-    return PreparedBatch(requests, entries, payloads, attempts, bodies)
+    keys = _column(requests, "idempotency_key")
+    bodies = _decoded(entries, requests, keys, payloads, keep=checked)
+    return PreparedBatch(requests, keys, entries, payloads, attempts, bodies)
 
 
 def _decoded(
     entries: dict[str, RegisteredKind],
     requests: Sequence[ActionRequest],
+    keys: list[str],
     payloads: list[dict[str, Any]],
     *,
     keep: bool,
 ) -> list[BaseModel] | None:
     """Each kind's payloads validated against its variants, one validator call a kind; the
     models kept (in request order) only when ``keep``."""
-    keys = [request.idempotency_key for request in requests]
     if len(entries) == 1:
         ((kind, entry),) = entries.items()
         if not keep:
@@ -344,14 +348,14 @@ def _clean_text(values: list[Any], *, optional: bool) -> bool:
     return max(len(value.encode("utf-8")) for value in values) <= MAX_TEXT_BYTES
 
 
-def distinct_keys(requests: Sequence[ActionRequest]) -> int:
+def distinct_keys(batch: PreparedBatch) -> int:
     """How many keys the batch holds; IdempotencyConflict when it uses one key for two
     different effects (a key repeated for the same effect is one request, answered twice)."""
-    distinct = len(set(_column(requests, "idempotency_key")))
-    if distinct == len(requests):  # no key repeated: nothing to compare
+    distinct = len(set(batch.keys))
+    if distinct == len(batch.keys):  # no key repeated: nothing to compare
         return distinct
     seen: dict[str, ActionRequest] = {}
-    for request in requests:
+    for request in batch.requests:
         first = seen.setdefault(request.idempotency_key, request)
         if first is not request and (
             first.kind != request.kind or first.lane_key != request.lane_key
@@ -410,8 +414,7 @@ def batch_document(batch: PreparedBatch) -> dict[str, Any]:
     caller's order or one value for all. ``key_order`` is each request's rank in the order the
     batch inserts (by key in code point order, which is UTF-8's byte order, a repeated key in
     the caller's order: ``sorted`` is stable), so that the server sorts integers, not text."""
-    requests = batch.requests
-    keys = _column(requests, "idempotency_key")
+    requests, keys = batch.requests, batch.keys
     ranks = [0] * len(keys)
     for rank, index in enumerate(sorted(range(len(keys)), key=keys.__getitem__), start=1):
         ranks[index] = rank

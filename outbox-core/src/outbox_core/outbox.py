@@ -199,7 +199,7 @@ class Outbox:
             return []
         now = (yield from self._now_steps()) if self._needs_clock(requests) else None
         batch = self._prepare_batch(requests, now)
-        distinct = distinct_keys(requests)
+        distinct = distinct_keys(batch)
         # Every check before the first write: one refused request refuses the whole batch.
         yield from self._checks(batch.checked())
         # A savepoint: a key that turns out to name another effect undoes the whole batch.

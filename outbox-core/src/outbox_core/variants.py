@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import json
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -147,20 +148,8 @@ class ActionVariants:
         """:meth:`decode` of each payload, in one validator call where the shape allows (a
         batch's validation is then one pass in pydantic's core, not one Python call each); the
         first payload that does not fit raises as :meth:`decode` would."""
-        if self.shape == "tagged" or len(payloads) < 2:
-            return [
-                self.decode(payload, key, kind=kind)
-                for payload, key in zip(payloads, idempotency_keys, strict=True)
-            ]
-        assert self.model is not None
-        if self.suffixes is not None:
-            for key in idempotency_keys:
-                self.check_key(key, kind=kind)
-        try:
-            return list(_many(self.model).validate_python(payloads))
-        except ValidationError:
-            self._name_misfit(payloads, idempotency_keys, kind=kind)
-            raise  # pragma: no cover (a batch that fails has a member that fails)
+        chunks = self._chunks(payloads, idempotency_keys, kind=kind, size=len(payloads))
+        return list(itertools.chain.from_iterable(chunks))
 
     def check_many(
         self, payloads: Sequence[Any], idempotency_keys: Sequence[str], *, kind: str
@@ -168,28 +157,33 @@ class ActionVariants:
         """:meth:`decode_many` for a caller that needs no model: the same checks, in the same
         order, raising the same error, but the models are made ``CHECK_CHUNK`` payloads at a
         time and each chunk's are dropped before the next is made."""
+        for _ in self._chunks(payloads, idempotency_keys, kind=kind, size=CHECK_CHUNK):
+            pass
+
+    def _chunks(
+        self, payloads: Sequence[Any], idempotency_keys: Sequence[str], *, kind: str, size: int
+    ) -> Iterator[list[BaseModel]]:
+        """The payloads' models, ``size`` at a time (one at a time for tagged variants, which
+        :meth:`decode` picks payload by payload). Key-suffix variants check every key first; a
+        chunk that does not fit raises as :meth:`decode` would for its first misfit."""
         if self.shape == "tagged" or len(payloads) < 2:
             for payload, key in zip(payloads, idempotency_keys, strict=True):
-                self.decode(payload, key, kind=kind)
+                yield [self.decode(payload, key, kind=kind)]
             return
         assert self.model is not None
         if self.suffixes is not None:
             for key in idempotency_keys:
                 self.check_key(key, kind=kind)
         validate = _many(self.model).validate_python
-        try:
-            for start in range(0, len(payloads), CHECK_CHUNK):
-                validate(payloads[start : start + CHECK_CHUNK])
-        except ValidationError:
-            self._name_misfit(payloads, idempotency_keys, kind=kind)
-            raise  # pragma: no cover (a batch that fails has a member that fails)
-
-    def _name_misfit(
-        self, payloads: Sequence[Any], idempotency_keys: Sequence[str], *, kind: str
-    ) -> None:
-        """Raises as :meth:`decode` does for the first payload that does not fit."""
-        for payload, key in zip(payloads, idempotency_keys, strict=True):
-            self.decode(payload, key, kind=kind)
+        for start in range(0, len(payloads), size):
+            try:
+                models = validate(payloads[start : start + size])
+            except ValidationError:
+                # Find the first culprit and name it as decode() does.
+                for payload, key in zip(payloads, idempotency_keys, strict=True):
+                    self.decode(payload, key, kind=kind)
+                raise  # pragma: no cover (a batch that fails has a member that fails)
+            yield models
 
     def check_key(self, idempotency_key: str, *, kind: str) -> None:
         """:class:`InvalidRequest` when the key's last segment names a variant this build lacks
