@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from outbox_core import ActionState, StopReason
 from outbox_core.testing import OutboxTestDatabase
 from outbox_issues import FilingState
@@ -155,11 +157,12 @@ def test_an_issue_by_someone_else_with_the_marker_is_not_taken_for_the_write(
     assert filing(issues_db).issue_number == mine[0].number
 
 
-def test_a_github_app_token_writes_as_its_bot_and_is_never_asked_for_the_user(
-    outbox_db: OutboxTestDatabase,
+@pytest.mark.parametrize("slug", ["outbox-app", None])
+def test_a_github_app_token_reads_back_as_its_bot_named_by_its_slug_or_by_graphql_viewer(
+    outbox_db: OutboxTestDatabase, slug: str | None
 ) -> None:
     with GitHubTestServer(login="outbox-app[bot]") as server:
-        serve_issues(outbox_db, server, listing_lag_seconds=0.0, app_slug="outbox-app")
+        serve_issues(outbox_db, server, listing_lag_seconds=0.0, app_slug=slug)
         server.drop("create_issue", after_recording=True)
         submit(outbox_db)
         outbox_db.drain()
@@ -167,4 +170,7 @@ def test_a_github_app_token_writes_as_its_bot_and_is_never_asked_for_the_user(
 
         assert action(outbox_db, KEY) == (ActionState.DONE, StopReason.COMPLETED, 2)
         assert server.writes_for(KEY) == 1
-        assert not any(path.endswith("/user") for _, path in server.requests)
+        [listing] = [q for m, path, q in server.queries if m == "GET" and path.endswith("/issues")]
+        assert listing["creator"] == "outbox-app[bot]"
+        asked = [path for _, path in server.requests if path.endswith(("/user", "/graphql"))]
+        assert asked == ([] if slug else ["/api/v3/user", "/api/graphql"])

@@ -14,7 +14,10 @@ then records in ``attempt.transaction()``, committed before the provider call, t
 write may have started (``feedback_copy.state = 'writing'``); after the answer it confirms the
 copy in another ``attempt.transaction()``. An attempt starts by reading the copy rows: a copy
 whose write may have reached the tracker is read back by its marker (one listing of the pull
-request's comments or review comments, every page) before anything else is written.
+request's comments or review comments, every page) before anything else is written. Only a
+comment the token's own identity wrote is taken for a copy (``GitHubTracker.identity``): a
+copy marker is predictable, and one that anyone else planted is ignored and counted
+(``readback.foreign_marker``), never edited or deleted as if it were the copy.
 
 Answers become results as in ``outbox_issues.adapter.result_for``, with one difference: once a
 copy of this attempt may have been written, a rate limit or a refused connection is a Reread
@@ -230,6 +233,7 @@ class FeedbackAdapter(TrackerAdapter):
                 listed = await find(
                     facts.repository, facts.pull_number, markers, max_pages=self.settings.max_pages
                 )
+                self.foreign_markers(attempt, listed, f"{surface}s")
                 if not listed.complete:
                     self.event("feedback.listing_incomplete", attempt, logging.WARNING)
                     return Reread()

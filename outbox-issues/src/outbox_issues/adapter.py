@@ -78,6 +78,7 @@ from . import markers
 from .domain import FilingState, file_key, queries, sources
 from .settings import IssuesSettings
 from .tracker import (
+    Found,
     GraphQLRefused,
     Issue,
     NotSent,
@@ -271,7 +272,6 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         self.queries = queries(schema)
         self.max_concurrency = self.settings.max_concurrency
         self._client = PerLoop(self._open_tracker, _close_tracker)
-        self._writer: str | None = self.settings.configured_writer
 
     @classmethod
     def bind(cls, settings: IssuesSettings | None = None, **values: Any) -> type[Self]:
@@ -295,6 +295,7 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         return GitHubTracker(
             settings.api_url,
             settings.token,
+            identity=settings.configured_writer,
             graphql_url=settings.effective_graphql_url,
             connect_timeout=settings.connect_timeout_seconds,
             timeout=settings.request_timeout_seconds,
@@ -335,12 +336,6 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         row = await cursor.fetchone()
         return None if row is None else Facts.from_row(row)
 
-    async def writer(self) -> str:
-        """The login the token writes as: from the settings, else ``GET /user`` once."""
-        if self._writer is None:
-            self._writer = await self.tracker().viewer_login()
-        return self._writer
-
     def since(self, attempt: ActionAttempt, facts: Facts) -> datetime:
         """Where a marker search starts: the action's (or the filing's) first write, minus the
         clock skew margin (the tracker's clock is not the database's)."""
@@ -377,7 +372,7 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
             status=error.status,
             result=type(result).__name__,
             # The tracker's own words (never a body we sent): "Bad credentials", "Resource not
-            # accessible by integration" (an App token at GET /user: set the App's slug).
+            # accessible by integration".
             error=str(error)[:300],
         )
         return result
@@ -388,20 +383,33 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         """The issue that ``FILE_ISSUE`` filed for this report, looked for by its marker in
         ``repositories``; and whether every listing was complete."""
         marker = markers.action_marker(file_key(report_id, 1))
-        writer = await self.writer()
         complete = True
         for repository in repositories:
             found = await self.tracker().find_issue(
                 repository,
                 marker,
-                creator=writer,
                 since=self.since(attempt, facts),
                 max_pages=self.settings.max_pages,
             )
+            self.foreign_markers(attempt, found, "issues")
             if found.item is not None:
                 return found.item, True
             complete = complete and found.complete
         return None, complete
+
+    def foreign_markers(self, attempt: ActionAttempt, found: Found[Any], where: str) -> None:
+        """Count what a read-back by marker ignored because someone other than the token's
+        identity wrote it (``readback.foreign_marker``): a marker is predictable, and anyone
+        who can comment can plant one, so only the token's own writes are taken for ours."""
+        if found.foreign:
+            self.event(
+                "readback.foreign_marker",
+                attempt,
+                logging.WARNING,
+                where=where,
+                count=len(found.foreign),
+                authors=",".join(sorted(set(found.foreign)))[:200],
+            )
 
     async def locate(
         self, conn: AsyncConnection[Any], query: str, report_id: str, url: str
@@ -734,13 +742,17 @@ class CleanupIssueAdapter(TrackerAdapter):
                 if not await attempt.fence().begin_write():
                     return Abandoned()
                 await tracker.update_issue(repository, issue.number, title=title, body=body)
-            quoting = [
-                comment
-                for comment in await tracker.list_comments(
-                    repository, issue.number, max_pages=self.settings.max_pages
-                )
-                if markers.has_marker(comment.body, markers.quote_marker(report_id))
-            ]
+            found = await tracker.find_own_comments(
+                repository,
+                issue.number,
+                markers.quote_marker(report_id),
+                max_pages=self.settings.max_pages,
+            )
+            self.foreign_markers(attempt, found, "comments")
+            if not found.complete:
+                self.event("issues.listing_incomplete", attempt, logging.WARNING)
+                return Reread()
+            quoting = found.item or []
             for comment in quoting:
                 if not attempt.fenced and not await attempt.fence().begin_write():
                     return Abandoned()

@@ -19,7 +19,14 @@ released), :meth:`~GitHubTestServer.graphql_error`, :meth:`~GitHubTestServer.rem
 and :meth:`~GitHubTestServer.hide_new_issues` (new issues missing from listings until
 :meth:`~GitHubTestServer.reveal_issues`); and :meth:`~GitHubTestServer.refuse_connections`
 (the tracker unreachable: connections refused until :meth:`~GitHubTestServer.
-accept_connections`). It counts writes, per action marker too.
+accept_connections`) and :meth:`~GitHubTestServer.ignore_creator_filter` (every author's
+issues listed, as a GitHub-compatible server without that filter lists them). It counts
+writes, per action marker too.
+
+Authors are GitHub's: a token whose login is a bot's (``<slug>[bot]``) is an App installation
+token, refused at ``GET /user`` (403) and answered by GraphQL's ``viewer``; its writes carry
+``performed_via_github_app``. ``add_issue``, ``add_comment`` and ``add_review_comment`` seed
+entries as another account (``user=OTHER_LOGIN``): a marker planted by someone else.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from ..settings import IssuesSettings
 
 DOCS = "https://docs.github.com/rest"
 LOGIN = "outbox-bot"
+OTHER_LOGIN = "mallory"
+"""Another account: what it writes is never the token's own (plant markers with it)."""
 TOKEN = "ghp_loopbacktesttoken"
 PUBLIC, PRIVATE = "acme/feedback", "acme/private"
 Mode = Literal["status", "drop_before", "drop_after", "stall_before", "stall_after", "hold"]
@@ -152,6 +161,8 @@ class GitHubTestServer:
         """Every request's method, path and query parameters."""
         self.faults: list[Fault] = []
         self.hiding = False
+        self.creator_ignored = False
+        """True while :meth:`ignore_creator_filter` lists every author's issues."""
         self.held = threading.Event()
         """Set while a held request waits for :meth:`release`."""
         self._release = threading.Event()
@@ -356,9 +367,16 @@ class GitHubTestServer:
             for issue in self.issues.values():
                 issue.hidden = False
 
+    def ignore_creator_filter(self) -> None:
+        """List every author's issues whatever ``creator`` asks for, as a GitHub-compatible
+        server that does not implement that filter does, until :meth:`clear_faults`."""
+        with self.lock:
+            self.creator_ignored = True
+
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
+            self.creator_ignored = False
         self.reveal_issues()
         self.release()
         self.accept_connections()
@@ -407,6 +425,40 @@ class GitHubTestServer:
         """Seed a comment on an issue (as if posted by ``user``, by default the token's)."""
         with self.lock:
             return self._new_comment(repository, number, body, user or self.login).id
+
+    def add_issue(
+        self, repository: str, title: str, body: str, *, user: str | None = None
+    ) -> StoredIssue:
+        """Seed an issue (as if opened by ``user``, by default the token's): with
+        ``user=OTHER_LOGIN`` and one of our markers in ``body``, a planted marker."""
+        with self.lock:
+            return self._new_issue(repository, title, body, [], user or self.login)
+
+    def add_review_comment(
+        self,
+        repository: str,
+        pull: int,
+        body: str,
+        *,
+        user: str | None = None,
+        path: str = "src/app.py",
+        commit_id: str = "0" * 40,
+        line: int = 1,
+        side: str = "RIGHT",
+    ) -> int:
+        """Seed a review comment on a line of a pull request (as if by ``user``)."""
+        with self.lock:
+            return self._new_comment(
+                repository,
+                pull,
+                body,
+                user or self.login,
+                review=True,
+                path=path,
+                commit_id=commit_id,
+                line=line,
+                side=side,
+            ).id
 
     def add_pull_request(self, repository: str, title: str = "A change") -> int:
         with self.lock:
@@ -502,6 +554,20 @@ class GitHubTestServer:
 
     # -- representations -----------------------------------------------------------------------
 
+    @staticmethod
+    def user_json(login: str) -> dict[str, Any]:
+        """The author as GitHub shows it: a GitHub App's writes are its bot's, ``<slug>[bot]``
+        of type ``Bot``."""
+        return {"login": login, "id": 1, "type": "Bot" if login.endswith("[bot]") else "User"}
+
+    @staticmethod
+    def app_json(login: str) -> dict[str, Any] | None:
+        """``performed_via_github_app`` of an App's bot's write (None for a user's)."""
+        if not login.endswith("[bot]"):
+            return None
+        slug = login.removesuffix("[bot]")
+        return {"id": 1, "slug": slug, "name": slug, "owner": {"login": "acme"}}
+
     def issue_json(self, issue: StoredIssue) -> dict[str, Any]:
         api = f"{self.api_url}/repos/{issue.repository}/issues/{issue.number}"
         data: dict[str, Any] = {
@@ -515,11 +581,8 @@ class GitHubTestServer:
             "repository_url": f"{self.api_url}/repos/{issue.repository}",
             "html_url": f"{self.base_url}/{issue.repository}/issues/{issue.number}",
             "labels": [{"id": i, "name": name} for i, name in enumerate(issue.labels, 1)],
-            "user": {
-                "login": issue.user,
-                "id": 1,
-                "type": "Bot" if "[bot]" in issue.user else "User",
-            },
+            "user": self.user_json(issue.user),
+            "performed_via_github_app": self.app_json(issue.user),
             "comments": len(self.comments_on(issue.repository, issue.number)),
             "created_at": _iso(issue.created_at),
             "updated_at": _iso(issue.updated_at),
@@ -538,7 +601,8 @@ class GitHubTestServer:
             "id": comment.id,
             "node_id": comment.node_id,
             "body": comment.body,
-            "user": {"login": comment.user, "id": 1, "type": "User"},
+            "user": self.user_json(comment.user),
+            "performed_via_github_app": self.app_json(comment.user),
             "html_url": f"{self.base_url}/{comment.repository}/{page}/{comment.number}"
             f"#{anchor}{comment.id}",
             "url": f"{self.api_url}/repos/{comment.repository}/{kind}/comments/{comment.id}",
@@ -698,7 +762,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _error(404, "Not Found")
         rest = path[len("/api/v3") :]
         if rest == "/user" and method == "GET":
-            return "user", lambda q, p: (200, {"login": server.login, "id": 1, "type": "User"}, {})
+            return "user", lambda q, p: self._user()
         match = re.fullmatch(r"/repos/([^/]+/[^/]+)(/.*)", rest)
         if match is None:
             raise _error(404, "Not Found")
@@ -728,6 +792,21 @@ class _Handler(BaseHTTPRequestHandler):
         raise _error(404, "Not Found")
 
     # -- REST ----------------------------------------------------------------------------------
+
+    def _user(self) -> tuple[int, Any, dict[str, str]]:
+        """``GET /user``: the token's account; a GitHub App installation token (its login a
+        bot's) is refused there, as GitHub refuses it."""
+        login = self.tracker.login
+        if login.endswith("[bot]"):
+            raise _Answer(
+                403,
+                {
+                    "message": "Resource not accessible by integration",
+                    "documentation_url": f"{DOCS}/users/users#get-the-authenticated-user",
+                    "status": "403",
+                },
+            )
+        return 200, self.tracker.user_json(login), {}
 
     def _issue(self, repository: str, number: int) -> StoredIssue:
         server = self.tracker
@@ -812,7 +891,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Answer(
                     422, {"message": "Validation Failed", "documentation_url": DOCS}
                 ) from None
-        creator = query.get("creator")
+        creator = None if server.creator_ignored else query.get("creator")
         found = [
             issue
             for issue in server.issues.values()
@@ -1021,6 +1100,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("deleteIssue", self._gql_delete),
             ("node(", self._gql_node),
             ("repository(", self._gql_repository),
+            ("viewer", self._gql_viewer),
         ):
             if name in text:
                 op = "graphql:" + name.rstrip("(")
@@ -1059,6 +1139,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f"Could not resolve to a node with the global id of '{variables.get('id')}'.",
             )
         return 200, {"data": {"node": self.tracker.node_json(issue)}}, {}
+
+    def _gql_viewer(self, variables: dict[str, Any], op: str) -> tuple[int, Any, dict[str, str]]:
+        """The token's account, a user's or an App installation's bot (``<slug>[bot]``)."""
+        return 200, {"data": {"viewer": {"login": self.tracker.login}}}, {}
 
     def _gql_repository(
         self, variables: dict[str, Any], op: str
