@@ -108,6 +108,15 @@ REFUSED_STATUSES = (*range(300, 400), *range(400, 500))
 DELETED, SCRUBBED = "#deleted", "#scrubbed"
 
 
+def in_history(url: str) -> str:
+    """What a scrub leaves published: the issue's earlier bodies in GitHub's edit history."""
+    return (
+        f"earlier versions of {url} in GitHub's edit history (readable by anyone who can read "
+        "the issue; GitHub has no API to remove a revision: remove them in its web UI, or ask "
+        "GitHub Support)"
+    )
+
+
 def refused_reason(status: int) -> str:
     """The stop reason of a refusal: ``GITHUB_422``."""
     return f"GITHUB_{status}"
@@ -193,6 +202,8 @@ class Facts:
     text: str | None
     report_generation: int | None
     now: datetime
+    delete_refused: str | None = None
+    """Why the tracker refused to delete the issue (the cleanup scrubs it instead)."""
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Facts:
@@ -687,8 +698,10 @@ class CleanupIssueAdapter(TrackerAdapter):
             self.event("issues.cleanup.nothing_filed", attempt, logging.INFO)
             return Done(None)
         repository, _ = issue_location(issue.html_url)
-        if self.settings.delete_on_erasure:
-            return await self._delete(attempt, issue)
+        if self.settings.delete_on_erasure and facts.delete_refused is None:
+            deleted = await self._delete(attempt, report_id, issue)
+            if deleted is not None:
+                return deleted
         return await self._scrub(attempt, report_id, repository, issue)
 
     async def _locate(
@@ -711,7 +724,12 @@ class CleanupIssueAdapter(TrackerAdapter):
         wait = self.too_soon(attempt, facts)
         return Reread(after=wait) if wait is not None else None
 
-    async def _delete(self, attempt: ActionAttempt, issue: Issue) -> AdapterResult:
+    async def _delete(
+        self, attempt: ActionAttempt, report_id: str, issue: Issue
+    ) -> AdapterResult | None:
+        """Delete the issue (GraphQL ``deleteIssue``). None when the tracker refuses the delete
+        (a GraphQL without the mutation, ``FORBIDDEN`` for a token without admin rights, a
+        404): nothing was deleted, the filing says why, and the issue is scrubbed instead."""
         tracker = self.tracker()
         if attempt.write_started:
             try:
@@ -723,6 +741,14 @@ class CleanupIssueAdapter(TrackerAdapter):
             return Abandoned()
         try:
             await tracker.delete_issue(issue.node_id)
+        except (Refused, GraphQLRefused) as refused:
+            why = f"deleteIssue refused: {refused.detail}"
+            async with attempt.transaction() as conn:
+                await conn.execute(
+                    self.queries["delete_refused"], {"report": report_id, "why": why}
+                )
+            self.event("issues.cleanup.delete_refused", attempt, logging.WARNING, detail=why)
+            return None
         except TrackerError as error:
             return self.failure(attempt, error, wrote=not isinstance(error, NotSent))
         self.event("issues.cleanup.deleted", attempt, logging.INFO, number=issue.number)
@@ -741,7 +767,12 @@ class CleanupIssueAdapter(TrackerAdapter):
             if issue.title != title or body != (issue.body or ""):
                 if not await attempt.fence().begin_write():
                     return Abandoned()
-                await tracker.update_issue(repository, issue.number, title=title, body=body)
+                try:
+                    await tracker.update_issue(repository, issue.number, title=title, body=body)
+                except Refused as error:
+                    if error.status != 410:
+                        raise
+                    return Done(issue.html_url + DELETED)  # deleted meanwhile
             found = await tracker.find_own_comments(
                 repository,
                 issue.number,
@@ -767,15 +798,20 @@ class CleanupIssueAdapter(TrackerAdapter):
         return Done(issue.html_url + SCRUBBED)
 
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
+        """DONE: the filing says scrubbed or deleted, and what is still published (a scrub
+        leaves the edit history). Any other ending keeps what the erasure recorded as still
+        published, and says what stopped the cleanup (``last_error``)."""
         report_id, _ = report_of(action.idempotency_key)
         if action.state is ActionState.DONE:
             ref = action.readback_ref or ""
+            retained = ref.endswith(SCRUBBED)
             await conn.execute(
                 self.queries["scrubbed"],
                 {
                     "report": report_id,
                     "deleted": ref.endswith(DELETED),
-                    "retained": ref.endswith(SCRUBBED),
+                    "retained": retained,
+                    "published": in_history(ref.removesuffix(SCRUBBED)) if retained else None,
                 },
             )
             return

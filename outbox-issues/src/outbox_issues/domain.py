@@ -122,6 +122,12 @@ class Filing:
     history_retains_text: bool
     draft_generation: int | None
     has_draft: bool
+    delete_refused: str | None = None
+    """Why the tracker refused to delete the issue after an erasure (the cleanup scrubbed it
+    instead): ``OUTBOX_ISSUES_DELETE_ON_ERASURE`` asked for a delete that did not happen."""
+    still_published: str | None = None
+    """What of the erased reporter's is still published on the tracker, and where: set by the
+    erasure, narrowed by the cleanup (its edit history after a scrub), None when nothing is."""
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Filing:

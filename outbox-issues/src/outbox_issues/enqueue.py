@@ -107,7 +107,7 @@ def _draft_context(report_id: str, generation: int, workspace_id: str, text: str
 def _locked(row: tuple[Any, ...] | None, report_id: str) -> tuple[FilingState, int, str, bool]:
     if row is None:
         raise UnknownReport("report_id", f"no report {report_id!r} was submitted")
-    state, generation, workspace, _, private, erased_at, _, exists = row
+    state, generation, workspace, _, private, erased_at, _, exists, *_ = row
     if erased_at is not None or not exists:
         raise ReportErased("report_id", f"the reporter of {report_id!r} was erased; nothing to do")
     return FilingState(state), generation, workspace, private

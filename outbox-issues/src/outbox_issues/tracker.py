@@ -156,7 +156,9 @@ class TrackerError(Exception):
 # name a person, a place or a secret (an address, a URL or path, an IP, a long number: "API
 # rate limit exceeded for user ID 1234").
 _UNSAFE = re.compile(r"\S*[@/\\:]\S*|\d+(?:\.\d+){3}|\d{4,}")
-_GRAPHQL_TYPE = re.compile(r"[A-Z][A-Z_]{0,40}")
+# A GraphQL error's type (NOT_FOUND), or its extensions' code when it has none
+# (undefinedField: a schema without the field asked for).
+_GRAPHQL_TYPE = re.compile(r"[A-Za-z][A-Za-z_]{0,40}")
 
 
 def said(message: str) -> str:
@@ -225,7 +227,8 @@ class Refused(TrackerError):
 
 class GraphQLRefused(TrackerError):
     """GraphQL answered (HTTP 200) with ``errors``; ``types`` holds their ``type`` fields
-    (``NOT_FOUND``, ``FORBIDDEN``, ...). ``RATE_LIMITED`` raises :class:`RateLimited`."""
+    (``NOT_FOUND``, ``FORBIDDEN``, ...), or the ``extensions.code`` of one without a type
+    (``undefinedField``). ``RATE_LIMITED`` raises :class:`RateLimited`."""
 
     def __init__(self, message: str, *, types: Sequence[str]) -> None:
         named = [kind for kind in types if _GRAPHQL_TYPE.fullmatch(kind)]
@@ -233,6 +236,16 @@ class GraphQLRefused(TrackerError):
             message, status=200, detail=f"GraphQL {', '.join(named) if named else 'errors'}"
         )
         self.types = list(types)
+
+
+def _error_type(error: Any) -> str:
+    """A GraphQL error's ``type``, else its ``extensions.code`` (GitHub's schema errors, such
+    as ``undefinedField``, carry no type), else ""."""
+    if not isinstance(error, dict):
+        return ""
+    extensions = error.get("extensions")
+    code = extensions.get("code") if isinstance(extensions, dict) else None
+    return str(error.get("type") or code or "")
 
 
 def _until_reset(response: httpx.Response) -> float | None:
@@ -811,7 +824,7 @@ class GitHubTracker:
         errors = answer.get("errors")
         if errors:
             listed = errors if isinstance(errors, list) else [errors]
-            types = [str(e.get("type", "")) if isinstance(e, dict) else "" for e in listed]
+            types = [_error_type(e) for e in listed]
             messages = "; ".join(
                 str(e.get("message", "")) if isinstance(e, dict) else str(e) for e in listed
             )

@@ -25,7 +25,9 @@ writes, per action marker too.
 
 Authors are GitHub's: a token whose login is a bot's (``<slug>[bot]``) is an App installation
 token, refused at ``GET /user`` (403) and answered by GraphQL's ``viewer``; its writes carry
-``performed_via_github_app``. ``add_issue``, ``add_comment`` and ``add_review_comment`` seed
+``performed_via_github_app``. :meth:`~GitHubTestServer.refuse_deletes` refuses every
+``deleteIssue`` the ways GitHub does (``FORBIDDEN``, a schema without it, a 404).
+``add_issue``, ``add_comment`` and ``add_review_comment`` seed
 entries as another account (``user=OTHER_LOGIN``): a marker planted by someone else.
 """
 
@@ -54,6 +56,7 @@ OTHER_LOGIN = "mallory"
 TOKEN = "ghp_loopbacktesttoken"
 PUBLIC, PRIVATE = "acme/feedback", "acme/private"
 Mode = Literal["status", "drop_before", "drop_after", "stall_before", "stall_after", "hold"]
+DeleteRefusal = Literal["forbidden", "missing", "not_found"]
 _MARKER = re.compile(r"<!-- outbox:action (\S+) -->")
 
 
@@ -163,6 +166,8 @@ class GitHubTestServer:
         self.hiding = False
         self.creator_ignored = False
         """True while :meth:`ignore_creator_filter` lists every author's issues."""
+        self.deletes_refused: DeleteRefusal | None = None
+        """How :meth:`refuse_deletes` refuses every ``deleteIssue`` (None: it deletes)."""
         self.held = threading.Event()
         """Set while a held request waits for :meth:`release`."""
         self._release = threading.Event()
@@ -373,10 +378,20 @@ class GitHubTestServer:
         with self.lock:
             self.creator_ignored = True
 
+    def refuse_deletes(self, how: DeleteRefusal = "forbidden") -> None:
+        """Refuse every GraphQL ``deleteIssue`` until :meth:`clear_faults`, deleting nothing,
+        as GitHub does: ``forbidden``, a token without admin rights on the repository (HTTP
+        200, an error of type ``FORBIDDEN``); ``missing``, a schema without the mutation (an
+        older GitHub Enterprise Server, a compatible server: ``undefinedField``, no type);
+        ``not_found``, no GraphQL endpoint at that URL (HTTP 404)."""
+        with self.lock:
+            self.deletes_refused = how
+
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
             self.creator_ignored = False
+            self.deletes_refused = None
         self.reveal_issues()
         self.release()
         self.accept_connections()
@@ -1190,12 +1205,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _gql_delete(self, variables: dict[str, Any], op: str) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
+        if server.deletes_refused is not None:
+            return _refused_delete(server.deletes_refused, server.login)
         issue = self._by_node(variables.get("issue"))
         if issue is None:
             return self._not_found("deleteIssue", "Could not resolve to a node.")
         issue.deleted = True
         server.record(op, f"{issue.repository}#{issue.number}", None)
         return 200, {"data": {"deleteIssue": {"clientMutationId": None}}}, {}
+
+
+def _refused_delete(how: DeleteRefusal, login: str) -> tuple[int, Any, dict[str, str]]:
+    """GitHub's answer to a ``deleteIssue`` it refuses (see ``refuse_deletes``)."""
+    where = [{"line": 1, "column": 25}]
+    if how == "not_found":
+        return 404, {"message": "Not Found", "documentation_url": DOCS}, {}
+    if how == "missing":
+        error = {
+            "path": ["mutation", "deleteIssue"],
+            "extensions": {
+                "code": "undefinedField",
+                "typeName": "Mutation",
+                "fieldName": "deleteIssue",
+            },
+            "locations": where,
+            "message": "Field 'deleteIssue' doesn't exist on type 'Mutation'",
+        }
+        return 200, {"errors": [error]}, {}
+    error = {
+        "type": "FORBIDDEN",
+        "path": ["deleteIssue"],
+        "extensions": {"saml_failure": False},
+        "locations": where,
+        "message": f"{login} does not have the correct permissions to execute `DeleteIssue`",
+    }
+    return 200, {"data": {"deleteIssue": None}, "errors": [error]}, {}
 
 
 def iter_markers(body: str) -> Iterator[str]:
