@@ -37,6 +37,8 @@ rate limit or refused connection after a copy of this      Reread (after the lim
 attempt may have been written
 401, 403, 404 on the pull request, 410, 422 (a line that   Failed, ``GITHUB_<status>``
 is not in the diff)
+a 422 on a copy's body (checked when the feedback was      Failed, ``CONTENT_REFUSED``
+stored; refused all the same)
 a 404 on the edit or delete of one copy                    the copy is gone: created again
                                                            (edit), or settled (delete)
 a timeout, a dropped connection after the request was      Reread: the next attempt reads the

@@ -16,8 +16,10 @@ primary rate limit: 403 or 429 with                        Defer until ``x-ratel
 ``x-ratelimit-remaining: 0``; GraphQL ``RATE_LIMITED``     (the tracker's clock, its ``Date``)
 secondary rate limit: 403 or 429 whose message says so,    Defer for ``retry-after``, at least
 or with ``retry-after``                                    a minute without it
-any other 403; 401; 404 and 410 on the repository; 422     Failed, ``GITHUB_<status>``
-on the content; any other 4xx or 3xx
+a 422 refusing the title or the body we sent (checked at   Failed, ``CONTENT_REFUSED`` (its
+enqueue, refused all the same: a limit not known here)     fields in the detail; logged ERROR)
+any other 403; 401; 404 and 410 on the repository; any     Failed, ``GITHUB_<status>``
+other 422, 4xx or 3xx
 GraphQL ``errors`` (HTTP 200) of another type              Failed, ``GRAPHQL_NOT_FOUND``,
                                                            ``GRAPHQL_FORBIDDEN`` or
                                                            ``GRAPHQL_ERROR``; never Done
@@ -75,6 +77,7 @@ from outbox_core import (
 )
 
 from . import markers
+from .content import Content, compose
 from .domain import FilingState, file_key, queries, sources
 from .settings import IssuesSettings
 from .tracker import (
@@ -85,6 +88,7 @@ from .tracker import (
     RateLimited,
     Refused,
     TrackerError,
+    said,
 )
 
 if TYPE_CHECKING:
@@ -104,6 +108,10 @@ GRAPHQL_REASONS = {
     "FORBIDDEN": "GRAPHQL_FORBIDDEN",
 }
 GRAPHQL_ERROR = "GRAPHQL_ERROR"
+CONTENT_REFUSED = "CONTENT_REFUSED"
+"""GitHub refused what was written (422 on the title, the body): nothing was written. A
+filing stopped so can be filed again by ``edit_report`` with content that fits."""
+_CONTENT_FIELDS = frozenset({"title", "body", "data"})  # "data": an issue comment's body
 REFUSED_STATUSES = (*range(300, 400), *range(400, 500))
 DELETED, SCRUBBED = "#deleted", "#scrubbed"
 
@@ -125,8 +133,34 @@ def refused_reason(status: int) -> str:
 STOP_REASONS = frozenset(
     {refused_reason(code) for code in REFUSED_STATUSES}
     | set(GRAPHQL_REASONS.values())
-    | {GRAPHQL_ERROR, NOT_FILED, REPORT_ERASED, UNKNOWN_REPORT}
+    | {GRAPHQL_ERROR, CONTENT_REFUSED, NOT_FILED, REPORT_ERASED, UNKNOWN_REPORT}
 )
+
+
+def refused_content(error: Refused) -> list[str]:
+    """What of the content sent a 422 refuses (``body:custom``, ``title:missing_field``);
+    empty for any other refusal."""
+    if error.status != 422:
+        return []
+    return [
+        f"{found.get('field')}:{found.get('code')}"
+        for found in error.errors
+        if isinstance(found, dict) and found.get("field") in _CONTENT_FIELDS
+    ]
+
+
+def _content_detail(error: Refused, fields: list[str]) -> str:
+    """``HTTP 422 Validation Failed: body:custom (body is too long (maximum is … characters))``:
+    the fields and GitHub's first words about them, never the content."""
+    words = next(
+        (
+            said(str(found["message"]))
+            for found in error.errors
+            if isinstance(found, dict) and found.get("message")
+        ),
+        "",
+    )
+    return f"{error.detail}: {', '.join(fields)}" + (f" ({words})" if words else "")
 
 
 def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
@@ -140,6 +174,9 @@ def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
         case RateLimited(wait_seconds=wait):
             return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
         case Refused(status=status) if status is not None:
+            fields = refused_content(error)
+            if fields:
+                return Failed(CONTENT_REFUSED, detail=_content_detail(error, fields))
             return Failed(refused_reason(status), detail=detail)
         case GraphQLRefused(types=types):
             for kind in types:
@@ -213,35 +250,15 @@ class Facts:
         return cls(*values)
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
-    title: str
-    body: str
-    labels: list[str]
-    digest: str
-
-
-def compose(
+def content_of(
     report_id: str, facts: Facts, generation: int, labels: list[str], extra_keys: tuple[str, ...]
 ) -> Content:
-    """The issue's title, body and labels for ``generation``: the draft's answer when one was
-    kept for it, else the report's own title; the reporter's text (and the draft, which
-    derives from it) between the two markers a scrub looks for. The reporter's identity never
-    appears: an opaque reference to the report does."""
+    """The issue of ``generation`` from what the attempt read (:func:`content.compose`): the
+    draft's answer when one was kept for that generation."""
     assert facts.title is not None and facts.text is not None
     drafted = facts.draft_generation == generation and facts.draft_body is not None
-    title = facts.draft_title if drafted and facts.draft_title else facts.title
-    text = f"{facts.draft_body}\n\n---\n\n{facts.text}" if drafted else facts.text
-    title = " ".join(title.split())[:256] or f"Feedback report {report_id}"
-    visible = (
-        f"{markers.reporter_section(text)}\n\n"
-        f"<sub>Feedback report `{markers.inert_key(report_id)}`, generation {generation}</sub>\n"
-    )
-    keys = (file_key(report_id, 1), *extra_keys)
-    hidden = "".join(f"{markers.action_marker(key)}\n" for key in keys)
-    digest = markers.digest(title, visible + hidden, labels)
-    body = visible + hidden + markers.content_marker(report_id, generation, digest) + "\n"
-    return Content(title, body, labels, digest)
+    draft = (facts.draft_title, facts.draft_body or "") if drafted else None
+    return compose(report_id, facts.title, facts.text, generation, labels, extra_keys, draft=draft)
 
 
 _httpx_loaded = False
@@ -386,6 +403,15 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
             # accessible by integration".
             error=str(error)[:300],
         )
+        if isinstance(result, Failed) and result.reason == CONTENT_REFUSED:
+            # Checked at enqueue, refused all the same (a limit this package does not know,
+            # a server of its own): nothing was written, and someone must shorten it.
+            self.event(
+                f"{self.event_prefix}.content_refused",
+                attempt,
+                logging.ERROR,
+                fields=",".join(refused_content(cast(Refused, error))),
+            )
         return result
 
     async def find_filed(
@@ -407,6 +433,11 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
                 return found.item, True
             complete = complete and found.complete
         return None, complete
+
+    def shortened(self, attempt: ActionAttempt, content: Content) -> None:
+        """Say when the draft's answer was shortened to fit GitHub's limit (``draft_cut``)."""
+        if content.draft_cut:
+            self.event("issues.draft_shortened", attempt, logging.INFO, cut=content.draft_cut)
 
     def foreign_markers(self, attempt: ActionAttempt, found: Found[Any], where: str) -> None:
         """Count what a read-back by marker ignored because someone other than the token's
@@ -490,7 +521,8 @@ class FileIssueAdapter(TrackerAdapter):
                     "from": sources(FilingState.FILING),
                 },
             )
-        content = compose(report_id, facts, payload.generation, self.settings.labels, ())
+        content = content_of(report_id, facts, payload.generation, self.settings.labels, ())
+        self.shortened(attempt, content)
         if not await attempt.fence().begin_write():
             return Abandoned()
         try:
@@ -550,9 +582,10 @@ class PublishReportAdapter(TrackerAdapter):
             return Failed(NOT_FILED)
         if not facts.report_exists:
             return Cancelled(REPORT_ERASED)
-        content = compose(
+        content = content_of(
             report_id, facts, payload.generation, self.settings.labels, (attempt.idempotency_key,)
         )
+        self.shortened(attempt, content)
         marker = markers.content_marker(report_id, payload.generation, content.digest)
         tracker = self.tracker()
         # Read first, every attempt: the issue already showing this content is Done.

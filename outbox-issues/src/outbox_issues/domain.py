@@ -44,7 +44,8 @@ class FilingState(enum.StrEnum):
     FILED = "FILED"
     """The issue exists: its number and URL are on the filing."""
     STOPPED = "STOPPED"
-    """``FILE_ISSUE`` ended FAILED, UNCERTAIN or CANCELLED: ``stop_reason`` says why."""
+    """``FILE_ISSUE`` ended FAILED, UNCERTAIN or CANCELLED: ``stop_reason`` says why. Final,
+    but for ``CONTENT_REFUSED`` (nothing was filed), which an edit files again (NEW)."""
 
 
 S = FilingState
@@ -57,7 +58,8 @@ TRANSITIONS: dict[FilingState, frozenset[FilingState]] = {
     S.FILING: frozenset({S.FILED, S.STOPPED}),
     # A re-draft of a filed report: the draft moves it, PUBLISH_REPORT brings it back.
     S.FILED: frozenset({S.DRAFT_CLAIMED, S.DRAFT_WAITING, S.ANSWERED}),
-    S.STOPPED: frozenset(),
+    # GitHub refused the content (CONTENT_REFUSED): an edit files a new generation.
+    S.STOPPED: frozenset({S.NEW}),
 }
 
 

@@ -17,7 +17,7 @@ ON CONFLICT (report_id) DO NOTHING
 -- The report's filing under its row lock: enqueues into the report's lane take it first, so
 -- their order in the lane is the order the application asked for them.
 SELECT f.state, f.generation, f.workspace_id, f.issue_number, f.private, f.erased_at,
-       f.last_write_at, r.report_id IS NOT NULL, f.repository, f.issue_url
+       f.last_write_at, r.report_id IS NOT NULL, f.repository, f.issue_url, f.stop_reason
   FROM {schema}.issue_filing f
   LEFT JOIN {schema}.issue_report r ON r.report_id = f.report_id
  WHERE f.report_id = %(report)s
@@ -121,9 +121,16 @@ UPDATE {schema}.issue_filing
  WHERE report_id = %(report)s AND generation = %(generation)s AND erased_at IS NULL
 RETURNING report_id
 
--- name: report_text
--- A re-draft without new text drafts the stored one.
-SELECT text FROM {schema}.issue_report WHERE report_id = %(report)s
+-- name: report_content
+-- An edit measures the new generation with what it does not replace, and a re-draft without
+-- new text drafts the stored one.
+SELECT title, text FROM {schema}.issue_report WHERE report_id = %(report)s
+
+-- name: refile
+-- GitHub refused the filing's content (nothing was filed): the new generation is filed.
+UPDATE {schema}.issue_filing
+   SET state = 'NEW', stop_reason = NULL, stopped_by = NULL, last_error = NULL
+ WHERE report_id = %(report)s AND state = 'STOPPED' AND stop_reason = %(reason)s
 
 -- name: drop_answer
 -- outbox-draft: a draft that ended without DONE keeps no answer for its generation (an earlier

@@ -40,6 +40,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from ..limits import MAX_BODY, MAX_TITLE
 from ..settings import IssuesSettings
 
 DOCS = "https://docs.github.com/rest"
@@ -654,6 +656,41 @@ class _Answer(Exception):
         self.headers = headers or {}
 
 
+def _blank(title: str) -> bool:
+    """A title GitHub calls blank: nothing left without whitespace and format characters
+    (U+FEFF, the zero-width ones)."""
+    return not "".join(c for c in title if not c.isspace() and unicodedata.category(c) != "Cf")
+
+
+def _too_long(resource: str, field_name: str, code: str, maximum: int) -> dict[str, str]:
+    """One error of GitHub's 422 for a value over its limit, counted in characters (code
+    points, as GitHub's Ruby counts them)."""
+    name = "Body" if field_name == "data" else field_name
+    return {
+        "resource": resource,
+        "code": code,
+        "field": field_name,
+        "message": f"{name} is too long (maximum is {maximum} characters)",
+    }
+
+
+def _comment_body(resource: str, payload: Any) -> str:
+    """The body of a comment's create or edit, or GitHub's 422: missing, or over 65,536."""
+    body = (payload or {}).get("body") if isinstance(payload, dict) else None
+    if not isinstance(body, str) or not body:
+        error = {"resource": resource, "code": "missing_field", "field": "body"}
+    elif len(body) > MAX_BODY:
+        # An issue comment's answer names the field "data" (as GitHub's does).
+        field_name = "data" if resource == "IssueComment" else "body"
+        code = "unprocessable" if resource == "IssueComment" else "custom"
+        error = _too_long(resource, field_name, code, MAX_BODY)
+    else:
+        return body
+    raise _Answer(
+        422, {"message": "Validation Failed", "errors": [error], "documentation_url": DOCS}
+    )
+
+
 def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -846,18 +883,13 @@ class _Handler(BaseHTTPRequestHandler):
             raise _error(400, "Problems parsing JSON")
         errors = []
         title = payload.get("title")
-        if (creating or "title" in payload) and (not isinstance(title, str) or not title.strip()):
+        if (creating or "title" in payload) and (not isinstance(title, str) or _blank(title)):
             errors.append({"resource": "Issue", "code": "missing_field", "field": "title"})
+        elif isinstance(title, str) and len(title) > MAX_TITLE:
+            errors.append(_too_long("Issue", "title", "custom", MAX_TITLE))
         body = payload.get("body")
-        if body is not None and (not isinstance(body, str) or len(body) > 65536):
-            errors.append(
-                {
-                    "resource": "Issue",
-                    "code": "custom",
-                    "field": "body",
-                    "message": "body is too long (maximum is 65536 characters)",
-                }
-            )
+        if body is not None and (not isinstance(body, str) or len(body) > MAX_BODY):
+            errors.append(_too_long("Issue", "body", "custom", MAX_BODY))
         labels = payload.get("labels")
         if labels is not None and not (
             isinstance(labels, list) and all(isinstance(label, str) for label in labels)
@@ -970,18 +1002,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
         issue = self._issue(repository, ids[0])
-        body = (payload or {}).get("body")
-        if not isinstance(body, str) or not body:
-            raise _Answer(
-                422,
-                {
-                    "message": "Validation Failed",
-                    "errors": [
-                        {"resource": "IssueComment", "code": "missing_field", "field": "body"}
-                    ],
-                    "documentation_url": DOCS,
-                },
-            )
+        body = _comment_body("IssueComment", payload)
         comment = server._new_comment(repository, issue.number, body, server.login)
         issue.updated_at = _now()
         server.record(op, f"{repository}#{issue.number}", body)
@@ -1006,10 +1027,9 @@ class _Handler(BaseHTTPRequestHandler):
         self, repository: str, ids: list[int], query: dict[str, str], payload: Any, op: str
     ) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
-        comment = self._comment(repository, ids[0], op.endswith("review_comment"))
-        body = (payload or {}).get("body")
-        if not isinstance(body, str) or not body:
-            raise _Answer(422, {"message": "Validation Failed", "documentation_url": DOCS})
+        review = op.endswith("review_comment")
+        comment = self._comment(repository, ids[0], review)
+        body = _comment_body("PullRequestReviewComment" if review else "IssueComment", payload)
         comment.body = body
         comment.updated_at = _now()
         server.record(op, f"comment {comment.id}", body)
@@ -1063,6 +1083,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "documentation_url": DOCS,
                 },
             )
+        if not missing:
+            _comment_body("PullRequestReviewComment", data)
         if missing:
             raise _Answer(
                 422,
