@@ -247,7 +247,6 @@ def test_the_token_is_never_printed() -> None:
     [
         ({"repository": "feedback"}, "owner/name"),
         ({"api_url": "api.github.com"}, "http"),
-        ({"repository": "a/b", "private_repository": "a/b"}, "same as repository"),
         ({"app_slug": "bad slug"}, "login or slug"),
     ],
 )
@@ -256,6 +255,21 @@ def test_bad_settings_say_what_to_write(values: dict[str, str], match: str) -> N
 
     with pytest.raises(ConfigurationError, match=match):
         IssuesSettings(**values)
+
+
+@pytest.mark.parametrize("private", ["acme/feedback", "Acme/FEEDBACK"])
+def test_the_private_repository_must_differ_from_the_filing_one_and_the_error_names_both(
+    private: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from outbox_core import ConfigurationError
+
+    monkeypatch.setenv("OUTBOX_ISSUES_REPOSITORY", "acme/feedback")
+    monkeypatch.setenv("OUTBOX_ISSUES_PRIVATE_REPOSITORY", private)
+    with pytest.raises(ConfigurationError) as refused:
+        IssuesSettings.load()
+    message = str(refused.value)
+    assert "OUTBOX_ISSUES_PRIVATE_REPOSITORY names the same repository as" in message
+    assert "OUTBOX_ISSUES_REPOSITORY (acme/feedback)" in message and "\n" not in message
 
 
 def test_a_bad_setting_stops_the_adapters_build_with_one_line_naming_it(
