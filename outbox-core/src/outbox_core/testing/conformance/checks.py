@@ -293,13 +293,19 @@ def a_read_back_outage_spends_no_attempt(target: ConformanceTarget) -> None:
             for read in range(1, 5):
                 run.drain()
                 state, reason, now_counted, _ = run.state(action_id)
+                hint = (
+                    "the loopback provider's fault('unreadable') must fail every read-back "
+                    "until clear_faults() (or raise NotImplementedError when writing again is "
+                    "the kind's read-back)"
+                    if state is DONE
+                    else "return Reread(detail=...) when a read fails, without begin_write()"
+                )
                 run.expect(
                     state is EXECUTING,
                     "a read-back outage does not end the action before the kind's "
                     "unreadable_for has passed",
-                    f"after {read} read(s) with the provider unreadable (fault('unreadable')), "
-                    f"action {action_id} is {state} ({reason}): return Reread(detail=...) when "
-                    "the read fails, and let the provider's fault fail every read-back",
+                    f"after {read} read(s) with the provider unreadable, action {action_id} is "
+                    f"{state} ({reason}): {hint}",
                 )
                 run.expect(
                     len(run.fences_of(action_id)) == fences,
