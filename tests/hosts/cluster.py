@@ -46,8 +46,12 @@ def _free_port() -> int:
         return port
 
 
-def _as_server(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", RUN_AS, "--", *argv] if os.geteuid() == 0 else argv
+def _server(program: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a server program, as the user ``postgres`` when this process is root."""
+    argv = [str(program), *args]
+    if os.geteuid() == 0:
+        argv = ["runuser", "-u", RUN_AS, "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
 @contextmanager
@@ -61,25 +65,8 @@ def cluster(listen: str, network: str, *, max_connections: int = 200) -> Iterato
         os.chown(folder, account.pw_uid, account.pw_gid)
     started = False
     try:
-        done = subprocess.run(
-            _as_server(
-                [
-                    str(bindir / "initdb"),
-                    "-D",
-                    str(data),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--no-locale",
-                    "--no-instructions",
-                ]
-            ),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        initdb = ["-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"]
+        done = _server(bindir / "initdb", *initdb, "--no-instructions")
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed: {done.stderr[-2000:]}")
         with (data / "pg_hba.conf").open("a") as hba:
@@ -90,36 +77,16 @@ def cluster(listen: str, network: str, *, max_connections: int = 200) -> Iterato
                 f"listen_addresses = '127.0.0.1,{listen}'\nport = {port}\n"
                 f"unix_socket_directories = ''\nmax_connections = {max_connections}\n"
             )
-        done = subprocess.run(
-            _as_server(
-                [
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-l",
-                    str(folder / "server.log"),
-                    "-w",
-                    "-t",
-                    "120",
-                    "start",
-                ]
-            ),
-            capture_output=True,
-            text=True,
-            check=False,
+        log = folder / "server.log"
+        done = _server(
+            bindir / "pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "120", "start"
         )
         if done.returncode != 0:
-            log = (folder / "server.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the hosts' PostgreSQL did not start: {log}")
+            text = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the hosts' PostgreSQL did not start: {text}")
         started = True
         yield Cluster(port, folder)
     finally:
         if started:
-            subprocess.run(
-                _as_server(
-                    [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
-                ),
-                capture_output=True,
-                check=False,
-            )
+            _server(bindir / "pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(folder, ignore_errors=True)

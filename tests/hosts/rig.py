@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -21,21 +20,11 @@ import psycopg
 
 from ..chaos.provider import Write
 from ..chaos.run import ROOT, ChaosParams, executor_env, migrate, provider_record, start_provider
+from ..chaos.test_sigstop import until
 from .cluster import Cluster, cluster
 from .network import Host, Network, network
 
 OUTBOX = str(Path(sys.executable).parent / "outbox")
-WAIT = 180.0  # a bound on each wait under load; never reached when all is well
-
-
-def until(what: str, found: Any, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = found()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"waited {timeout:.0f} s for {what}")
 
 
 @dataclass

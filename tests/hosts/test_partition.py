@@ -27,7 +27,8 @@ from outbox_core import ActionRequest
 from ..chaos.checker import check
 from ..chaos.plugin import KINDS, ONCE_KIND, READBACK_KIND
 from ..chaos.run import CI_SIZE, Producer, chaos_outbox, live_actions, read_actions
-from .rig import Rig, rig, until
+from ..chaos.test_sigstop import until
+from .rig import Rig, rig
 
 PARAMS = replace(
     CI_SIZE,
@@ -136,7 +137,7 @@ def test_a_partitioned_host_is_fenced_out_and_its_in_flight_writes_are_read_back
         )
         producer.join(PARAMS.drain_seconds)
         assert producer.error is None
-        until("every action to end", lambda: live_actions(r.url) == 0, PARAMS.drain_seconds)
+        until("every action to end", lambda: live_actions(r.url) == 0)
         r.stop_all()
 
         writes = r.writes()
