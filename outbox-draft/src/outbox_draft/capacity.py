@@ -50,8 +50,8 @@ CAPACITY: tuple[CapacityWording, ...] = (
         "No deployments available for selected model",
         "no_deployments",
         "every deployment of the model cooling down or at its rpm/tpm (the router)",
-        "2024-05 to 2025-11 (BerriAI/litellm#3933, #5177, #20867; a 429 since #2493, "
-        "2024-03), with 'Try again in N seconds'",
+        "2024-05 (BerriAI/litellm#3933) and later (#5177; microsoft/agent-lightning#290 in "
+        "2025-11; #20867 without 'Try again in N seconds'); a 429 since #2493, 2024-03",
     ),
     CapacityWording(
         "LiteLLM",
