@@ -85,7 +85,7 @@ from outbox_core import (
     StopReason,
 )
 from outbox_issues.adapter import STOP_REASONS as TRACKER_STOP_REASONS
-from outbox_issues.adapter import TrackerAdapter, result_for
+from outbox_issues.adapter import TrackerAdapter, listing_lag, result_for
 from outbox_issues.tracker import NotSent, RateLimited, Refused, TrackerError, Unanswered
 
 from .copies import (
@@ -162,7 +162,9 @@ class FeedbackAdapter(TrackerAdapter):
             self.event(
                 "feedback.not_configured", attempt, logging.ERROR, missing="OUTBOX_ISSUES_TOKEN"
             )
-            return Failed(StopReason.NOT_CONFIGURED)
+            return Failed(
+                StopReason.NOT_CONFIGURED, detail="not configured: OUTBOX_ISSUES_TOKEN unset"
+            )
         feedback_id = cast(SendPayload, attempt.body).feedback
         async with attempt.transaction() as conn:
             facts = await self._read_feedback(conn, attempt, feedback_id)
@@ -238,7 +240,7 @@ class FeedbackAdapter(TrackerAdapter):
                 self.foreign_markers(attempt, listed, f"{surface}s")
                 if not listed.complete:
                     self.event("feedback.listing_incomplete", attempt, logging.WARNING)
-                    return Reread()
+                    return self.incomplete()
                 assert listed.item is not None
                 found.update(listed.item)
         except TrackerError as error:
@@ -255,7 +257,7 @@ class FeedbackAdapter(TrackerAdapter):
                 started = row.write_started_at
                 if row.write_op == "create" and started is not None and started + lag > facts.now:
                     # A new comment can be missing from listings for a while: look again.
-                    return Reread(after=started + lag - facts.now)
+                    return listing_lag(started + lag - facts.now)
                 copies[row.item_id] = await self._absent(conn, facts, row)
         return replace(facts, copies=copies)
 
@@ -396,9 +398,12 @@ class FeedbackAdapter(TrackerAdapter):
         written, a rate limit or a refused connection keeps the fence (Reread). The copy rows,
         not the action's fence, say what earlier attempts may have written."""
         if wrote and isinstance(error, RateLimited):
-            return Reread(after=timedelta(seconds=error.wait_seconds))
+            wait = error.wait_seconds
+            return Reread(
+                after=timedelta(seconds=wait), detail=f"{error.detail}, waiting {wait:g} s"
+            )
         if wrote and isinstance(error, NotSent):
-            return Reread()
+            return Reread(detail=error.detail)
         return result_for(error, may_have_written=wrote)
 
     # -- ended ---------------------------------------------------------------------------------

@@ -33,8 +33,15 @@ created by the identity the token writes as, ``state=all``, updated since the wr
 minus a skew margin, every page (never the search API: it is eventually consistent), and looks
 for its marker. Found: Done. Listed completely at least ``listing_lag_seconds`` (2 minutes)
 after the latest write, and absent: it writes again behind a new fence. Listed completely but
-sooner: Reread (a new issue can be missing from listings for a while). The listing fails:
-Reread, and UNCERTAIN at the last attempt.
+sooner: Reread after the lag that is left (a new issue can be missing from listings for a
+while). The listing fails (a 5xx, a dropped connection, a timeout): Reread with what it saw.
+
+Read-backs follow the core's rule (``Reread`` in ``outbox_core.results``): a Reread from an
+attempt that wrote counts an attempt (UNCERTAIN ``ATTEMPTS_EXHAUSTED`` at the last); one from an
+attempt that only read counts none, the core choosing the growing wait, until GitHub has been
+unreadable for the kind's ``unreadable_for`` (15 minutes) since the write started: then
+UNCERTAIN ``READBACK_UNAVAILABLE``. Every Reread, Defer and Failed says in its detail what the
+attempt saw (``HTTP 503 Service Unavailable``, ``listing lag: ...``, ``not configured: ...``).
 
 ``PUBLISH_REPORT`` reads the issue first and compares its content marker (generation and
 digest): equal is Done without a write. ``TRANSFER_ISSUE`` reads back by the issue's node id
@@ -114,6 +121,18 @@ filing stopped so can be filed again by ``edit_report`` with content that fits."
 _CONTENT_FIELDS = frozenset({"title", "body", "data"})  # "data": an issue comment's body
 REFUSED_STATUSES = (*range(300, 400), *range(400, 500))
 DELETED, SCRUBBED = "#deleted", "#scrubbed"
+
+
+NO_FILING = "no filing of this report"
+
+
+def listing_lag(wait: timedelta) -> Reread:
+    """A write that may still be missing from listings: looked for again once it shows."""
+    return Reread(
+        after=wait,
+        detail=f"listing lag: a write this recent may not be listed yet, again in "
+        f"{wait.total_seconds():.0f} s",
+    )
 
 
 def in_history(url: str) -> str:
@@ -352,7 +371,9 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         if not missing:
             return None
         self.event("issues.not_configured", attempt, logging.ERROR, missing=",".join(missing))
-        return Failed(StopReason.NOT_CONFIGURED)
+        return Failed(
+            StopReason.NOT_CONFIGURED, detail=f"not configured: {', '.join(missing)} unset"
+        )
 
     async def read(self, attempt: ActionAttempt, report_id: str) -> Facts | None:
         """The filing and the report, under the attempt's lease."""
@@ -434,6 +455,10 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
             complete = complete and found.complete
         return None, complete
 
+    def incomplete(self) -> Reread:
+        """A listing longer than ``max_pages``: absence proves nothing, read again."""
+        return Reread(detail=f"listing incomplete: more than {self.settings.max_pages} pages")
+
     def shortened(self, attempt: ActionAttempt, content: Content) -> None:
         """Say when the draft's answer was shortened to fit GitHub's limit (``draft_cut``)."""
         if content.draft_cut:
@@ -487,7 +512,7 @@ class FileIssueAdapter(TrackerAdapter):
         report_id = payload.report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         repository = facts.repository or cast(str, self.settings.repository)
         if attempt.write_started:
             try:
@@ -499,17 +524,17 @@ class FileIssueAdapter(TrackerAdapter):
                 return Done(issue.html_url)
             if not complete:
                 self.event("issues.listing_incomplete", attempt, logging.WARNING)
-                return Reread()
+                return self.incomplete()
             wait = self.too_soon(attempt, facts)
             if wait is not None:
-                return Reread(after=wait)
+                return listing_lag(wait)
             self.event("issues.absent_after_write", attempt, logging.WARNING)
         # The report may have been erased since: decide under the filing's lock, and say on
         # the filing that a write starts (an erasure from now on scrubs what it writes).
         async with attempt.transaction() as conn:
             facts = await self._read(conn, report_id)
             if facts is None:
-                return Failed(UNKNOWN_REPORT)
+                return Failed(UNKNOWN_REPORT, detail=NO_FILING)
             if not facts.report_exists:
                 reason = StopReason.ABSENT if attempt.write_started else REPORT_ERASED
                 return Cancelled(reason)
@@ -577,9 +602,9 @@ class PublishReportAdapter(TrackerAdapter):
         report_id = payload.report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED)
+            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
         if not facts.report_exists:
             return Cancelled(REPORT_ERASED)
         content = content_of(
@@ -647,9 +672,9 @@ class TransferIssueAdapter(TrackerAdapter):
         report_id = cast(ReportPayload, attempt.body).report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED)
+            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
         if facts.repository == target and facts.issue_url is not None:
             return Done(facts.issue_url)
         tracker = self.tracker()
@@ -664,7 +689,9 @@ class TransferIssueAdapter(TrackerAdapter):
             # Read first, every attempt: an earlier attempt (or a person) may have moved it.
             node = await tracker.issue_by_node(node_id)
             if node is None:
-                return Failed(GRAPHQL_REASONS["NOT_FOUND"])
+                return Failed(
+                    GRAPHQL_REASONS["NOT_FOUND"], detail="GraphQL node: the issue is gone"
+                )
             if node.repository == target:
                 return Done(node.url)
             repository = await tracker.repository(target)
@@ -753,9 +780,9 @@ class CleanupIssueAdapter(TrackerAdapter):
         if issue is not None:
             return issue
         if not complete:
-            return Reread()
+            return self.incomplete()
         wait = self.too_soon(attempt, facts)
-        return Reread(after=wait) if wait is not None else None
+        return listing_lag(wait) if wait is not None else None
 
     async def _delete(
         self, attempt: ActionAttempt, report_id: str, issue: Issue
@@ -815,7 +842,7 @@ class CleanupIssueAdapter(TrackerAdapter):
             self.foreign_markers(attempt, found, "comments")
             if not found.complete:
                 self.event("issues.listing_incomplete", attempt, logging.WARNING)
-                return Reread()
+                return self.incomplete()
             quoting = found.item or []
             for comment in quoting:
                 if not attempt.fenced and not await attempt.fence().begin_write():

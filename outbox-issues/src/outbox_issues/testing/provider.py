@@ -61,7 +61,9 @@ class IssuesProvider:
       (a call of it made outside an event loop; the suite's probe calls it from inside);
     - ``drop``: the write is recorded, then the connection closed before the answer;
     - ``stall``: the write is recorded, then the answer never comes (the adapter's request
-      timeout ends the call).
+      timeout ends the call);
+    - ``unreadable``: a switch until :meth:`clear_faults`: every read answers 503
+      (:meth:`GitHubTestServer.make_unreadable`), writes are answered.
 
     ``writes(request)`` counts the effects held for the action, by marker: ``FILE_ISSUE`` the
     issues created with its filing's marker, ``PUBLISH_REPORT`` and ``CLEANUP_ISSUE`` the edits
@@ -114,6 +116,8 @@ class IssuesProvider:
                 self.server.drop(op, after_recording=True)
             case "stall":
                 self.server.stall(op, after_recording=True)
+            case "unreadable":
+                self.server.make_unreadable()
 
     def clear_faults(self) -> None:
         self.server.clear_faults()

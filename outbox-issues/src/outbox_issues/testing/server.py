@@ -20,7 +20,9 @@ and :meth:`~GitHubTestServer.hide_new_issues` (new issues missing from listings 
 :meth:`~GitHubTestServer.reveal_issues`); and :meth:`~GitHubTestServer.refuse_connections`
 (the tracker unreachable: connections refused until :meth:`~GitHubTestServer.
 accept_connections`) and :meth:`~GitHubTestServer.ignore_creator_filter` (every author's
-issues listed, as a GitHub-compatible server without that filter lists them). It counts
+issues listed, as a GitHub-compatible server without that filter lists them), and
+:meth:`~GitHubTestServer.make_unreadable` (a read outage: every read a 503 or a dropped
+connection, for some seconds or until :meth:`~GitHubTestServer.make_readable`). It counts
 writes, per action marker too.
 
 Authors are GitHub's: a token whose login is a bot's (``<slug>[bot]``) is an App installation
@@ -59,6 +61,9 @@ TOKEN = "ghp_loopbacktesttoken"
 PUBLIC, PRIVATE = "acme/feedback", "acme/private"
 Mode = Literal["status", "drop_before", "drop_after", "stall_before", "stall_after", "hold"]
 DeleteRefusal = Literal["forbidden", "missing", "not_found"]
+Outage = Literal["5xx", "drop"]
+_READS = frozenset({"graphql:node", "graphql:repository", "graphql:viewer"})
+"""The GraphQL operations that only read (with every GET, what an outage makes unreadable)."""
 _MARKER = re.compile(r"<!-- outbox:action (\S+) -->")
 
 
@@ -168,6 +173,8 @@ class GitHubTestServer:
         self.hiding = False
         self.creator_ignored = False
         """True while :meth:`ignore_creator_filter` lists every author's issues."""
+        self.outage: tuple[Outage, float] | None = None
+        """While set by :meth:`make_unreadable`: how reads fail, and until when (monotonic)."""
         self.deletes_refused: DeleteRefusal | None = None
         """How :meth:`refuse_deletes` refuses every ``deleteIssue`` (None: it deletes)."""
         self.held = threading.Event()
@@ -380,6 +387,29 @@ class GitHubTestServer:
         with self.lock:
             self.creator_ignored = True
 
+    def make_unreadable(self, seconds: float | None = None, *, how: Outage = "5xx") -> None:
+        """A read outage: every read (each GET: listings, an issue, ``GET /user``; GraphQL's
+        node, repository and viewer queries) fails for ``seconds`` (None: until
+        :meth:`make_readable` or :meth:`clear_faults`), as GitHub's do: ``5xx``, a 503 with
+        GitHub's error body; ``drop``, the connection closed without an answer. Writes are
+        answered as ever."""
+        until = float("inf") if seconds is None else time.monotonic() + seconds
+        with self.lock:
+            self.outage = (how, until)
+
+    def make_readable(self) -> None:
+        with self.lock:
+            self.outage = None
+
+    def unreadable(self, method: str, op: str) -> Outage | None:
+        """How a read of ``op`` fails now (None: it is answered)."""
+        with self.lock:
+            outage = self.outage
+        if outage is None or not (method == "GET" or op in _READS):
+            return None
+        how, until = outage
+        return how if time.monotonic() < until else None
+
     def refuse_deletes(self, how: DeleteRefusal = "forbidden") -> None:
         """Refuse every GraphQL ``deleteIssue`` until :meth:`clear_faults`, deleting nothing,
         as GitHub does: ``forbidden``, a token without admin rights on the repository (HTTP
@@ -394,6 +424,7 @@ class GitHubTestServer:
             self.faults.clear()
             self.creator_ignored = False
             self.deletes_refused = None
+            self.outage = None
         self.reveal_issues()
         self.release()
         self.accept_connections()
@@ -752,6 +783,13 @@ class _Handler(BaseHTTPRequestHandler):
             route, handler = self._route(method, parts.path, payload)
         except _Answer as answer:
             self._send(answer.status, answer.body, answer.headers)
+            return
+        outage = server.unreadable(method, route)
+        if outage == "5xx":
+            self._send(503, {"message": "Service Unavailable", "documentation_url": DOCS})
+            return
+        if outage == "drop":
+            self._drop()
             return
         fault = server.take_fault(route)
         if fault is not None and fault.mode == "status":
