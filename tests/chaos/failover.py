@@ -131,8 +131,23 @@ class FailoverCluster:
         hosts = ",".join(f"{HOST}:{node.port}" for node in self.nodes)
         return f"postgresql://postgres@{hosts}/{DBNAME}?target_session_attrs=read-write"
 
-    def node_url(self, node: Node) -> str:
-        return f"postgresql://postgres@{HOST}:{node.port}/{DBNAME}"
+    def node_url(self, node: Node, dbname: str = DBNAME) -> str:
+        return f"postgresql://postgres@{HOST}:{node.port}/{dbname}"
+
+    def database(self, name: str) -> str:
+        """A new database on the formation (replicated as any write); its multi-host URL."""
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.replace(f"/{DBNAME}?", f"/{name}?")
+
+    def healthy(self) -> None:
+        """Until one node is primary and the other its standby (after a test's failovers)."""
+
+        def settled() -> bool:
+            states = {reported for reported, goal in self.states().values() if reported == goal}
+            return states == {"primary", "secondary"}
+
+        self.wait_for(settled, "primary and secondary")
 
     @property
     def monitor_url(self) -> str:
