@@ -189,7 +189,8 @@ class FailoverCluster:
             env=self._env(node),
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",  # pg_autoctl's tables are not always UTF-8
             timeout=timeout,
             check=False,
             **self._user(),
