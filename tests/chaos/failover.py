@@ -379,16 +379,34 @@ class FailoverCluster:
         self._run(str(PG_AUTOCTL), "perform", "failover", "--pgdata", str(self.monitor.pgdata))
         return self._new_primary("perform", old, began)
 
-    def kill_primary(self) -> Failover:
+    def kill_primary(self, lag_seconds: float = 0.0) -> Failover:
         """SIGKILL of the primary's postmaster and of its keeper, at once; until the monitor
-        promotes the standby."""
+        promotes the standby. With ``lag_seconds``, the primary's WAL sender is stopped
+        (SIGSTOP) that long before the kill, and dies with it: a standby that lags, as over a
+        network that stalls (stopping the standby's receiver would not do: what the sender
+        wrote before waits in the socket and arrives after all). Synchronous commits wait
+        meanwhile, and fail with the primary; asynchronous ones return, and are lost with it."""
         old = self.primary()
+        sender = self._wal_sender(old) if lag_seconds > 0 else None
+        if sender is not None:
+            os.kill(sender, signal.SIGSTOP)
+            time.sleep(lag_seconds)  # the stall itself, not a wait for a condition
         began = time.time()
         self._kill_group(old)
         self._kill_postmaster(old)
+        if sender is not None:
+            with suppress(ProcessLookupError):
+                os.kill(sender, signal.SIGKILL)  # a stopped process would outlive its postmaster
         if old.proc is not None:
             old.proc.wait()
         return self._new_primary("kill", old, began)
+
+    def _wal_sender(self, primary: Node) -> int:
+        with psycopg.connect(self.node_url(primary), connect_timeout=5) as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_replication LIMIT 1").fetchone()
+        if row is None:
+            raise RuntimeError(f"{primary.name} has no WAL sender to stall")
+        return int(row[0])
 
     def rejoin(self, name: str) -> dict[str, Any]:
         """Start a killed node again: it rewinds and follows the new primary as its standby."""

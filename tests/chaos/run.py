@@ -79,6 +79,9 @@ class ChaosParams:
     failovers: str = ""
     replication: str = "sync"
     skew_seconds: float = 0.0
+    # Before the kill, the primary's WAL sender stalls this long (its lag when the primary
+    # dies): what asynchronous replication then loses, and what synchronous replication keeps.
+    lag_seconds: float = 1.0
 
     @property
     def restart_modes(self) -> list[str]:
@@ -490,6 +493,42 @@ def _recoveries(
 ENDED_EVENT = re.compile(r"action\.ended\.(\w+) action\.id=(\d+) .*?attempt=(\d+)")
 
 
+def losses(
+    committed: Iterable[str],
+    actions: Iterable[ActionRow],
+    writes: Iterable[Write],
+    texts: Iterable[str],
+) -> dict[str, Any]:
+    """What a failover lost, and what the outbox did about it: the enqueues whose commit
+    returned and that the table lacks; the endings an executor saw commit that the table lacks
+    (``endings``), with how each of those actions ended and with how many effects
+    (``endings_then``); the actions with a second effect, by kind, whose claim was lost (both
+    effects at one epoch: the new primary had the action as not yet claimed) or whose fence was
+    (a later epoch wrote again without reading back: the new primary had no fence)."""
+    rows = {a.id: a for a in actions}
+    effects: dict[int, list[int]] = {}
+    for w in writes:
+        if w.effect:
+            effects.setdefault(w.action_id, []).append(w.epoch)
+    lost = lost_endings(texts, rows.values())
+    then = Counter(
+        f"{rows[i].kind} {rows[i].state} {rows[i].stop_reason}, {len(effects.get(i, []))} effect(s)"
+        for i in lost
+        if i in rows
+    )
+    twice: Counter[str] = Counter()
+    for action_id, epochs in effects.items():
+        if len(epochs) > 1 and action_id in rows:
+            what = "claim" if len(set(epochs)) < len(epochs) else "fence"
+            twice[f"{rows[action_id].kind} {what} lost"] += 1
+    return {
+        "enqueues": len(set(committed) - {a.key for a in rows.values()}),
+        "endings": len(lost),
+        "endings_then": dict(sorted(then.items())),
+        "sent_twice": dict(sorted(twice.items())),
+    }
+
+
 def lost_endings(texts: Iterable[str], actions: Iterable[ActionRow]) -> list[int]:
     """Actions whose ending an executor logged as written (its commit returned) and the table
     does not hold: a later attempt, or another state (a failover that lost the commit)."""
@@ -521,7 +560,13 @@ def chaos_database(params: ChaosParams) -> Iterator[ChaosCluster | FailoverClust
         yield formation
 
 
-def _apply(database: ChaosCluster | FailoverCluster, event: str, mode: str, say: Any) -> None:
+def _apply(
+    database: ChaosCluster | FailoverCluster,
+    params: ChaosParams,
+    event: str,
+    mode: str,
+    say: Any,
+) -> None:
     """One restart of the server, or one failover of the formation (a killed primary then
     rejoins as the standby)."""
     if isinstance(database, ChaosCluster):
@@ -532,7 +577,7 @@ def _apply(database: ChaosCluster | FailoverCluster, event: str, mode: str, say:
     if mode == "perform":
         done = database.perform_failover()
     elif mode == "kill":
-        done = database.kill_primary()
+        done = database.kill_primary(params.lag_seconds)
     else:
         raise ValueError(f"a failover is perform or kill, not {mode!r}")
     say(f"chaos: failover ({mode}) {done.old} -> {done.new} in {done.down_seconds:.1f} s")
@@ -549,6 +594,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
     started = began = time.monotonic()
     provider, port = start_provider(params, log=logs / "provider.log")
     lost: dict[str, Any] = {}
+    database: ChaosCluster | FailoverCluster
     try:
         with chaos_database(params) as database:
             durability = database.settings()
@@ -580,7 +626,7 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
                     elapsed = time.monotonic() - began
                     if events and elapsed >= event_at[0]:
                         event_at.pop(0)
-                        _apply(database, *events.pop(0), say)
+                        _apply(database, params, *events.pop(0), say)
                     if elapsed >= next_kill and executors.kill_one(rng):
                         next_kill = elapsed + rng.uniform(
                             params.kill_min_seconds, params.kill_max_seconds
@@ -604,14 +650,11 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
                     [r for r in restarts if r["mode"] == "kill"], database.rejoins, strict=True
                 ):
                     done["rejoin_seconds"] = rejoined["seconds"]
-                keys = {a.key for a in actions}
-                lost = {
-                    "enqueues": len(set(producer.committed) - keys),
-                    "endings": lost_endings(executors.texts().values(), actions),
-                }
             else:
                 restarts = _recoveries(database.restarts, actions)
         writes = provider_record(port)
+        if isinstance(database, FailoverCluster):
+            lost = losses(producer.committed, actions, writes, executors.texts().values())
     finally:
         provider.terminate()
         provider.wait(10)

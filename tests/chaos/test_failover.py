@@ -3,9 +3,10 @@ pg_auto_failover formation (:mod:`tests.chaos.failover`) whose standby's clock r
 
 * the CI-sized chaos run with its failovers (:data:`tests.chaos.run.CI_FAILOVER`) keeps every
   invariant of the checker;
-* an executor whose connection died after its ending committed, and before the reply came,
-  learns on the new primary that the ending committed (the lost-reply check of
-  ``outbox_core/executor/endings.py``): reported once as ended, not stale, not run again;
+* an executor whose connection died mid-ending learns on the new primary whether the ending
+  committed: one that committed before its reply was lost is found written (the lost-reply
+  check of ``outbox_core/executor/endings.py``) and reported once as ended, one that never
+  reached the server is written there; neither is stale, nor run again;
 * LISTEN is re-established on the new primary: an action enqueued once the new primary takes
   writes starts long before the poll would have found it, after a planned and an unplanned
   failover;
@@ -157,25 +158,36 @@ def test_a_ci_sized_failover_chaos_run_keeps_every_invariant(
     assert [r["mode"] for r in report.restarts] == ["perform", "kill"]
     assert all(r["first_ending_after_seconds"] is not None for r in report.restarts)
     assert report.restarts[1]["rejoin_seconds"] > 0
-    assert report.verdict.figures["lost"] == {"enqueues": 0, "endings": []}
+    lost = report.verdict.figures["lost"]
+    assert (lost["enqueues"], lost["endings"], lost["sent_twice"]) == (0, 0, {}), lost
 
 
-async def test_an_ending_whose_reply_was_lost_in_a_failover_is_found_committed_on_the_new_primary(
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "not-committed"])
+async def test_an_ending_whose_connection_died_in_a_failover_is_settled_on_the_new_primary(
     formation: FailoverCluster,
     database: str,
     provider: int,
     caplog: pytest.LogCaptureFixture,
+    committed: bool,
 ) -> None:
+    """Committed before the primary went away (its reply lost): the executor finds it written
+    on the new primary and reports it once. Not committed (it never reached the server): it
+    writes it there. Either way DONE at its first epoch, one effect, not stale, not failed."""
     caplog.set_level(logging.INFO, logger="outbox")
+    key = f"lost-reply-{committed}"
     # At most once: an ending left to its lease would end it UNCERTAIN, not DONE.
-    x, _ = enqueue(database, ONCE_KIND, "lost-reply")
+    x, _ = enqueue(database, ONCE_KIND, key)
     dbname = database.split("/")[-1].split("?")[0]
     proxies = [ReplyLosingProxy(formation.node_url(node, dbname)) for node in formation.nodes]
     primary = formation.nodes.index(formation.primary())
     async with proxies[0].running(), proxies[1].running():
-        # The ending commits on the primary (and, synchronously, on its standby); its answer
-        # never comes, and the connection stays open until the primary goes away.
-        proxies[primary].lose_reply_to(b"-- settle\n", hold=True)
+        # The ending commits on the primary (and, synchronously, on its standby) and its
+        # answer never comes; or it never reaches the primary. The connection stays open,
+        # answered nothing, until the primary goes away.
+        if committed:
+            proxies[primary].lose_reply_to(b"-- settle\n", hold=True)
+        else:
+            proxies[primary].lose_statement(b"-- settle\n")
         ports = ",".join(str(p.port) for p in proxies)
         url = (
             f"host={HOST},{HOST} port={ports} dbname={dbname} user=postgres "
@@ -186,6 +198,7 @@ async def test_an_ending_whose_reply_was_lost_in_a_failover_is_found_committed_o
         async with Executor(outbox, url, settings=settings()) as executor:
             task = asyncio.create_task(executor.run(stop))
             await until(lambda: proxies[primary].lost == 1, "lost reply")
+            before = await asyncio.to_thread(row, database, x)
             failover = await asyncio.to_thread(formation.perform_failover)
             await until(
                 lambda: (
@@ -196,12 +209,13 @@ async def test_an_ending_whose_reply_was_lost_in_a_failover_is_found_committed_o
             )
             stop.set()
             await task
+    assert before[0] == ("DONE" if committed else "EXECUTING")
     assert formation.primary().name == failover.new
     assert row(database, x) == ("DONE", "COMPLETED", 1, 1)
     assert events(caplog, "action.ended.done", x) == 1
     assert events(caplog, "action.end.stale", x) == 0
     assert events(caplog, "action.end.failed", x) == 0
-    effects = [w for w in provider_record(provider) if w.key == "lost-reply" and w.effect]
+    effects = [w for w in provider_record(provider) if w.key == key and w.effect]
     assert len(effects) == 1
 
 

@@ -8,7 +8,8 @@ Armed with ``hold=True``, the proxy keeps the client's connection open instead, 
 discarded, until the server closes its side: a client whose statement committed on a primary
 that then failed over learns nothing until the primary is gone, and asks the new one. Put one
 proxy in front of each node and name them all in a multi-host URL (:attr:`conninfo` of each, or
-``host=127.0.0.1,127.0.0.1 port=P1,P2``)."""
+``host=127.0.0.1,127.0.0.1 port=P1,P2``). :meth:`ReplyLosingProxy.lose_statement` is the
+other case: the statement never reaches the server, and the client is held the same way."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class ReplyLosingProxy:
         self._port = port
         self._pattern: bytes | None = None
         self._hold = False
+        self._drop = False
         self.lost = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -34,6 +36,12 @@ class ReplyLosingProxy:
         """Lose the answer of the next statement that holds ``pattern`` (once); with ``hold``,
         the client waits, answered nothing, until the server closes the connection."""
         self._pattern, self._hold = pattern, hold
+        self._drop = False
+
+    def lose_statement(self, pattern: bytes) -> None:
+        """Never pass on the next statement that holds ``pattern`` (once): it does not run, and
+        the client waits, answered nothing, until the server closes the connection."""
+        self._pattern, self._hold, self._drop = pattern, True, True
 
     @property
     def port(self) -> int:
@@ -67,11 +75,18 @@ class ReplyLosingProxy:
 
         async def client_to_server() -> None:
             nonlocal hold
+            dropping = False
             while chunk := await reader.read(65536):
                 if self._pattern is not None and self._pattern in chunk:
                     self._pattern = None
                     hold = self._hold
-                    armed.set()
+                    if self._drop:
+                        self.lost += 1
+                        dropping = True  # this statement and whatever the client sends next
+                    else:
+                        armed.set()
+                if dropping:
+                    continue
                 up_writer.write(chunk)
                 await up_writer.drain()
 
