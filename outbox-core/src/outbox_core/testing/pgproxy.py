@@ -20,6 +20,8 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+__all__ = ["ReplyLosingProxy"]
+
 
 class ReplyLosingProxy:
     def __init__(self, upstream: str, port: int = 0) -> None:
