@@ -35,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -96,7 +97,11 @@ class Failover:
     old: str  # the node that was primary, and the one that is now
     new: str
     began: float  # time.time() when it was asked for (or the primary killed)
-    up: float  # when the new primary accepted a read-write connection
+    up: float  # when the monitor had the new primary, and it accepted a read-write connection
+    # What a watcher polling each node every 50 ms saw: the old primary's last read-write
+    # connection, and the new one's first (each within a poll of the truth).
+    old_last_write: float = 0.0
+    new_first_write: float = 0.0
 
     @property
     def down_seconds(self) -> float:
@@ -361,13 +366,18 @@ class FailoverCluster:
 
     # -- what the chaos run does to it -----------------------------------------------------
 
-    def _new_primary(self, mode: str, old: Node, began: float) -> Failover:
+    def _new_primary(self, mode: str, old: Node, began: float, watch: _Writes) -> Failover:
         def moved() -> bool:
             new = self._primary()
             return new is not None and new.name != old.name and self.writable()
 
         self.wait_for(moved, f"new primary after the {mode} failover")
-        done = Failover(mode, old.name, self.primary().name, began, time.time())
+        up = time.time()
+        new = self.primary()
+        seen = watch.stop()
+        old_last = max((t for t in seen.get(old.name, []) if t <= up), default=began)
+        new_first = min((t for t in seen.get(new.name, []) if t > old_last), default=up)
+        done = Failover(mode, old.name, new.name, began, up, old_last, new_first)
         self.failovers.append(done)
         return done
 
@@ -375,9 +385,10 @@ class FailoverCluster:
         """``pg_autoctl perform failover``: the planned kind (the primary drains and becomes
         the standby)."""
         old = self.primary()
+        watch = _Writes(self)
         began = time.time()
         self._run(str(PG_AUTOCTL), "perform", "failover", "--pgdata", str(self.monitor.pgdata))
-        return self._new_primary("perform", old, began)
+        return self._new_primary("perform", old, began, watch)
 
     def kill_primary(self, lag_seconds: float = 0.0) -> Failover:
         """SIGKILL of the primary's postmaster and of its keeper, at once; until the monitor
@@ -387,6 +398,7 @@ class FailoverCluster:
         wrote before waits in the socket and arrives after all). Synchronous commits wait
         meanwhile, and fail with the primary; asynchronous ones return, and are lost with it."""
         old = self.primary()
+        watch = _Writes(self)
         sender = self._wal_sender(old) if lag_seconds > 0 else None
         if sender is not None:
             os.kill(sender, signal.SIGSTOP)
@@ -399,7 +411,7 @@ class FailoverCluster:
                 os.kill(sender, signal.SIGKILL)  # a stopped process would outlive its postmaster
         if old.proc is not None:
             old.proc.wait()
-        return self._new_primary("kill", old, began)
+        return self._new_primary("kill", old, began, watch)
 
     def _wal_sender(self, primary: Node) -> int:
         with psycopg.connect(self.node_url(primary), connect_timeout=5) as conn:
@@ -439,6 +451,36 @@ class FailoverCluster:
             return
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+class _Writes(threading.Thread):
+    """Polls every node for a read-write connection every 50 ms, noting when each took one:
+    when the old primary stopped taking writes and the new one began (the monitor learns it
+    later, from the keepers' reports)."""
+
+    def __init__(self, cluster: FailoverCluster) -> None:
+        super().__init__(name="failover-writes", daemon=True)
+        self.urls = {
+            n.name: cluster.node_url(n) + "?target_session_attrs=read-write" for n in cluster.nodes
+        }
+        self.seen: dict[str, list[float]] = {name: [] for name in self.urls}
+        self.stopping = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for name, url in self.urls.items():
+                try:
+                    with psycopg.connect(url, connect_timeout=1):
+                        self.seen[name].append(time.time())
+                except psycopg.Error:
+                    pass
+            self.stopping.wait(0.05)
+
+    def stop(self) -> dict[str, list[float]]:
+        self.stopping.set()
+        self.join(10)
+        return self.seen
 
 
 @contextmanager

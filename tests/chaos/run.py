@@ -417,14 +417,17 @@ def read_actions(url: str, clock: Clock | None = None) -> list[ActionRow]:
     ]
 
 
+SLACK = 0.3  # how far a commit may lie outside what the watcher saw of its primary
+
+
 @dataclass
 class Clock:
     """The database clock of whichever node was primary, back to this process's clock: a node
     whose clock runs ahead (``--skew-seconds``) writes times that far ahead, and the checker
     compares them with the provider's. Each stretch between failovers had one primary, whose
-    offset was measured at the start; a stretch ends when the next failover began (a killed
-    primary) or when the new primary was up (a planned one: the old primary commits until it
-    drains), and begins half a second before its primary was up."""
+    offset was measured at the start; a stretch ends when its primary last took a read-write
+    connection, and the next begins when the new primary first took one (each as a watcher
+    polling every 50 ms saw it: within a poll, and a connection, of the truth)."""
 
     offsets: dict[str, float]
     first: str
@@ -434,11 +437,11 @@ class Clock:
         stretches: list[tuple[float, float, str]] = []
         low, primary = float("-inf"), self.first
         for f in self.failovers:
-            stretches.append((low, f.began if f.mode == "kill" else f.up, primary))
-            low, primary = f.up - 0.5, f.new
+            stretches.append((low, f.old_last_write + SLACK, primary))
+            low, primary = f.new_first_write - SLACK, f.new
         stretches.append((low, float("inf"), primary))
         for low, high, node in stretches:
-            if low <= t - self.offsets[node] <= high + 0.5:
+            if low <= t - self.offsets[node] <= high:
                 return t - self.offsets[node]
         return t - self.offsets[stretches[-1][2]]
 
@@ -479,7 +482,17 @@ def _recoveries(
         found.append(
             {
                 "mode": done.mode,
-                **({"old": done.old, "new": done.new} if isinstance(done, Failover) else {}),
+                **(
+                    {
+                        "old": done.old,
+                        "new": done.new,
+                        # No node took writes (as the watcher saw it), against the time until
+                        # the monitor had the new primary (down_seconds).
+                        "no_writes_seconds": round(done.new_first_write - done.old_last_write, 2),
+                    }
+                    if isinstance(done, Failover)
+                    else {}
+                ),
                 "down_seconds": round(done.down_seconds, 2),
                 "first_ending_after_seconds": (
                     round(after - done.up, 2) if after is not None else None
