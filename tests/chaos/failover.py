@@ -78,6 +78,16 @@ def missing(*, skew: bool = False) -> str | None:
     return None
 
 
+def _answers(url: str, query: str) -> bool:
+    """Whether ``url`` takes a connection and answers ``query`` (within a couple of seconds)."""
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            conn.execute(query)
+        return True
+    except psycopg.Error:
+        return False
+
+
 def _free_ports(count: int) -> list[int]:
     import socket
 
@@ -291,12 +301,7 @@ class FailoverCluster:
     # -- what the monitor says -------------------------------------------------------------
 
     def _monitor_answers(self) -> bool:
-        try:
-            with psycopg.connect(self.monitor_url, connect_timeout=2) as conn:
-                conn.execute("SELECT 1 FROM pgautofailover.node LIMIT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return _answers(self.monitor_url, "SELECT 1 FROM pgautofailover.node LIMIT 1")
 
     def states(self) -> dict[str, tuple[str, str]]:
         """Each node's reported and assigned state, as the monitor has them."""
@@ -344,12 +349,7 @@ class FailoverCluster:
         return found
 
     def writable(self) -> bool:
-        try:
-            with psycopg.connect(self.url, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return _answers(self.url, "SELECT 1")
 
     @staticmethod
     def wait_for(test: Any, what: str, timeout: float = 180.0) -> None:

@@ -133,6 +133,15 @@ class Report:
     logs: Path
     figures: dict[str, Any] = field(default_factory=dict)
 
+    def text(self) -> str:
+        """What a test prints of the run: the verdict, the faults met, the figures."""
+        events = "failovers" if self.params.failovers else "restarts"
+        return (
+            f"\n{self.verdict.summary()}\n"
+            f"kills {self.kills}, {events} {self.restarts}, {self.seconds:.0f} s\n"
+            f"figures {self.verdict.figures}"
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "params": dataclasses.asdict(self.params),

@@ -149,10 +149,7 @@ def test_a_ci_sized_failover_chaos_run_keeps_every_invariant(
     params = parse_params([], CI_FAILOVER)  # CHAOS_<NAME> variables may change it
     report = run_chaos(params)
     with capsys.disabled():
-        print()
-        print(report.verdict.summary())
-        print(f"kills {report.kills}, failovers {report.restarts}, {report.seconds:.0f} s")
-        print(f"figures {report.verdict.figures}")
+        print(report.text())
     assert report.verdict.ok, f"{report.verdict.summary()}\nlogs: {report.logs}"
     assert report.durability["synchronous_standby_names"].startswith("ANY 1")
     assert [r["mode"] for r in report.restarts] == ["perform", "kill"]
