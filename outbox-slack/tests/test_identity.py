@@ -125,6 +125,6 @@ def test_an_auth_test_that_fails_for_now_is_read_again(
 
     run_to_end(slack_db, "t1")
 
-    assert action(slack_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 3)
+    assert action(slack_db, "t1") == (ActionState.DONE, StopReason.COMPLETED, 2)
     assert slack_server.requests["auth.test"] == 2
     assert slack_server.requests["chat.postMessage"] == 1

@@ -39,7 +39,11 @@ no token configured                                Failed ``NOT_CONFIGURED`` (no
 every entry redacted before the post               Cancelled ``SLACK_REDACTED`` (nothing sent)
 =================================================  ============================================
 
-After an unknown write (``attempt.write_started``) the attempt only reads: it never posts.
+After an unknown write (``attempt.write_started``) the attempt only reads: it never posts. Reads
+are bounded by time, not attempts (the core's read-back rule): a read-only Reread spends no
+attempt, and the adapter names a wait only when it knows one (Slack's ``Retry-After``, the rest
+of the read-back window); otherwise the core's wait grows from ``reread_base`` to
+``reread_cap``. Every Reread's detail says what the read saw.
 
 =================================================  ============================================
 what the read-back found                           result
@@ -53,8 +57,12 @@ history read completely, the read begun at least   Cancelled ``ABSENT`` (never p
 read completely, but sooner                        Reread after the rest of the window (Slack
                                                    may show a new post late)
 more pages than ``readback_pages_per_attempt``     Reread, the cursor kept on the turn's row
-a page rate-limited (429), HTTP 5xx,               Reread (UNCERTAIN ``ATTEMPTS_EXHAUSTED`` at
-``internal_error``, a timeout or a drop            the last attempt), the cursor kept
+a page rate-limited (429, ``ratelimited``)         Reread after Slack's ``Retry-After`` (without
+                                                   one, the core's wait), the cursor kept
+HTTP 5xx, ``internal_error``, ``fatal_error``,     Reread (the core's growing wait), the cursor
+``service_unavailable``, a timeout or a drop       kept
+either of the two for ``unreadable_for`` since     UNCERTAIN ``READBACK_UNAVAILABLE`` (the core)
+the fence
 ``missing_scope``, ``not_in_channel``,             Uncertain ``SLACK_HISTORY_UNREADABLE``
 ``channel_not_found``, ``invalid_auth``,
 ``invalid_cursor``, ``thread_not_found``, any
@@ -102,6 +110,7 @@ from outbox_core import (
     ActionVariants,
     AdapterResult,
     Cancelled,
+    ConfigurationError,
     ConfiguredAdapter,
     Defer,
     Done,
@@ -344,6 +353,15 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         fence_margin_seconds: float = 60.0,
     ) -> None:
         super().__init__(settings, schema=schema, fence_margin_seconds=fence_margin_seconds)
+        window = self.settings.readback_window_seconds
+        if window >= self.unreadable_for.total_seconds():
+            raise ConfigurationError(
+                f"{self.settings.variable('readback_window_seconds')} ({window:g}) must be below "
+                f"{type(self).__qualname__}.unreadable_for "
+                f"({self.unreadable_for.total_seconds():g} s): a read-back gives up as uncertain "
+                "once that has passed since the post, so a complete read after the window could "
+                "never prove the post absent"
+            )
         # No more posts at once than connections: the others would wait for one after their
         # fence while their lease runs down.
         self.max_concurrency = self.settings.max_connections
@@ -520,10 +538,11 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         self._event("slack.post.retry", attempt, logging.WARNING, **fields)
         return Retry(detail=f"{detail} (check OUTBOX_SLACK_BASE_URL)")
 
-    def _window_wait(self, elapsed: timedelta) -> timedelta:
-        """How long until a complete read of the history proves the post absent."""
+    def _window_wait(self, elapsed: timedelta) -> timedelta | None:
+        """How long until a complete read of the history proves the post absent: the adapter's
+        own wait for the Reread, or None (the window has passed) for the core's."""
         left = timedelta(seconds=self.settings.readback_window_seconds) - elapsed
-        return max(left, timedelta(seconds=1))
+        return left if left > timedelta(0) else None
 
     # -- after an unknown write: read only -------------------------------------------------------
 
@@ -560,6 +579,7 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                 detail="auth.test named no user_id or bot_id: the post cannot be told apart",
             )
         foreign = 0
+        method = "conversations.history" if content.thread_ts is None else "conversations.replies"
         for _page in range(self.settings.readback_pages_per_attempt):
             params: dict[str, Any] = {
                 "channel": content.channel,
@@ -577,10 +597,11 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                 else:
                     page = await clients.read.conversations_replies(ts=content.thread_ts, **params)
             except errors.SlackApiError as exc:
-                return await self._unread(attempt, body, _answer(exc), cursor, started_at)
+                answer = _answer(exc)
+                return await self._unread(attempt, body, answer, cursor, started_at, call=method)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failed = _Answer(0, type(exc).__name__, None)
-                return await self._unread(attempt, body, failed, cursor, started_at)
+                return await self._unread(attempt, body, failed, cursor, started_at, call=method)
             for message in page.get("messages") or []:
                 if not _names_key(message, attempt.idempotency_key):
                     continue
@@ -614,10 +635,7 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                 return await self._absent(attempt, body, started_at, fenced_at, foreign)
             cursor = str(next_cursor)
         await self._save(attempt, body, cursor, started_at)
-        return Reread(
-            after=timedelta(seconds=self.settings.readback_page_wait_seconds),
-            detail="the history has more pages to read",
-        )
+        return Reread(detail=f"{method}: more pages to read, the cursor kept")
 
     async def _whoami(self, clients: _Clients) -> _Identity | None:
         """Who the token posts as: asked of ``auth.test`` once, then kept (None: its answer
@@ -662,9 +680,11 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         cursor: str | None,
         started_at: datetime,
         *,
-        call: str = "history read",
+        call: str,
     ) -> AdapterResult:
-        """A history page (or ``auth.test`` before it) did not come back."""
+        """A history page (or ``auth.test`` before it: ``call``) did not come back. A failure
+        for now rereads, bounded by time (the core's ``unreadable_for``), not by attempts: the
+        wait is Slack's ``Retry-After`` when it names one, else the core's growing wait."""
         fields = {"status": answer.status, "error": answer.error}
         transient = (
             answer.status == 429
@@ -678,18 +698,14 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         if not transient:
             self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
             return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
-        if attempt.is_last:
-            self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
-            return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
         await self._save(attempt, body, cursor, started_at if cursor is not None else None)
         rate_limited = answer.status == 429 or answer.error in RATE_LIMITED
-        wait = (
-            answer.retry_after or self.settings.rate_limit_seconds
-            if rate_limited
-            else self.settings.readback_page_wait_seconds
-        )
-        self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
-        return Reread(after=timedelta(seconds=max(wait, 0.0)), detail=detail)
+        if rate_limited and answer.retry_after is not None:
+            wait = max(answer.retry_after, 0.0)
+            self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
+            return Reread(after=timedelta(seconds=wait), detail=f"{detail}: Retry-After {wait:g} s")
+        self._event("slack.readback.retry", attempt, logging.INFO, **fields)
+        return Reread(detail=f"{detail}: not read")
 
     async def _save(
         self,

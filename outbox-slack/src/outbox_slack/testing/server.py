@@ -49,6 +49,8 @@ TEXT_LIMIT = 40_000
 """The characters of a post's text that Slack keeps (it cuts the rest, with a warning)."""
 STALL_SECONDS = 3600.0
 METHODS = ("auth.test", "chat.postMessage", "conversations.history", "conversations.replies")
+READS = ("auth.test", "conversations.history", "conversations.replies")
+"""What a read-back calls: what an outage (:meth:`SlackTestServer.outage`) makes unreadable."""
 
 FaultAction = Literal[
     "error", "status", "drop_before", "drop_after", "stall", "break_cursor", "warn"
@@ -115,6 +117,15 @@ class _Fault:
     seconds: float = STALL_SECONDS
 
 
+@dataclass
+class _Outage:
+    until: float
+    status: int
+    error: str | None
+    methods: frozenset[str]
+    answered: int = 0
+
+
 class SlackTestServer:
     """A stateful Slack Web API on ``127.0.0.1``; use as a context manager (or start/stop).
 
@@ -141,6 +152,7 @@ class SlackTestServer:
         self._hide_reads = 0
         self._hide_seconds = 0.0
         self._history_limit: tuple[float, int] | None = None
+        self._outage: _Outage | None = None
         self._history_calls: dict[str, list[float]] = {}
         self._clock = 0
         self._lock = threading.Lock()
@@ -364,6 +376,31 @@ class SlackTestServer:
                 for message in channel.messages:
                     message.hidden_reads, message.hidden_until = 0, 0.0
 
+    def outage(
+        self,
+        seconds: float,
+        *,
+        status: int = 503,
+        error: str | None = None,
+        methods: tuple[str, ...] = READS,
+    ) -> None:
+        """Make the reads unreadable for ``seconds`` from now (on this process's monotonic
+        clock): each request of ``methods`` answers HTTP ``status`` with an HTML body, as a
+        proxy in front of a Slack that is down does, or, with ``error``, ``{"ok": false,
+        "error": error}`` (``internal_error``). Posts still work. ``outage(0)`` or
+        :meth:`clear_faults` ends it; :attr:`outage_answers` counts the requests it refused."""
+        unknown = sorted(set(methods) - set(METHODS))
+        if unknown:
+            raise ValueError(f"{unknown}: the server speaks {', '.join(METHODS)}")
+        with self._lock:
+            self._outage = _Outage(time.monotonic() + seconds, status, error, frozenset(methods))
+
+    @property
+    def outage_answers(self) -> int:
+        """The requests the current (or last) outage refused."""
+        with self._lock:
+            return 0 if self._outage is None else self._outage.answered
+
     def limit_history(self, *, per_minute: int = 1, page_max: int = 15) -> None:
         """Slack's limits for apps outside its Marketplace (May 2025): ``per_minute`` requests
         of conversations.history and of conversations.replies, then 429 with the wait left as
@@ -379,8 +416,12 @@ class SlackTestServer:
             self.text_limit = at
 
     def clear_faults(self) -> None:
+        """Forget every fault set with ``times`` (``fail``, ``server_error``, ``drop_*``,
+        ``stall``, ``warn``, ``break_cursor``) and end an outage."""
         with self._lock:
             self._faults.clear()
+            if self._outage is not None:
+                self._outage.until = 0.0
 
     def _add(self, fault: _Fault) -> None:
         if fault.method not in METHODS:
@@ -424,16 +465,15 @@ class SlackTestServer:
                         headers["Retry-After"] = f"{fault.retry_after:g}"
                     return _fail(str(fault.error), status=fault.status, headers=headers)
                 case "status":
-                    return web.Response(
-                        status=fault.status,
-                        text="<html><body>upstream unavailable</body></html>",
-                        content_type="text/html",
-                    )
+                    return _unavailable(fault.status)
                 case "drop_before":
                     return await self._drop(request)
                 case "stall" if fault.error != "recorded":
                     await self._stall(fault.seconds)
                     return _fail("request_timeout")
+        down = self._down(method)
+        if down is not None:
+            return down
         limited = self._limited(method)
         if limited is not None:
             return limited
@@ -471,6 +511,14 @@ class SlackTestServer:
         assert self._release is not None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._release.wait(), seconds)
+
+    def _down(self, method: str) -> web.Response | None:
+        with self._lock:
+            outage = self._outage
+            if outage is None or method not in outage.methods or time.monotonic() >= outage.until:
+                return None
+            outage.answered += 1
+        return _fail(outage.error) if outage.error is not None else _unavailable(outage.status)
 
     def _limited(self, method: str) -> web.Response | None:
         if method not in ("conversations.history", "conversations.replies"):
@@ -658,3 +706,12 @@ def _ok(body: dict[str, Any]) -> web.Response:
 
 def _fail(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+
+
+def _unavailable(status: int) -> web.Response:
+    """An HTTP error with an HTML body, as a proxy in front of Slack answers."""
+    return web.Response(
+        status=status,
+        text="<html><body>upstream unavailable</body></html>",
+        content_type="text/html",
+    )
