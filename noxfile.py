@@ -3,8 +3,9 @@ package), `tests` (each package's tests with only outbox-core, that package and 
 packages it depends on installed) and `e2e` (the cross-package suites under tests/: rolling
 updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run,
 the ORM integrations, the dashboard, PgBouncer (tests/pooler), executors on network namespaces
-(tests/hosts), and the CI-sized chaos run, its SIGSTOP cases and its checker's tests). Not in
-the default run: `nox -s chaos`, the full-sized chaos run of docs/reliability.md, and
+(tests/hosts), and the CI-sized chaos run, its SIGSTOP cases, its failover tests and its
+checker's tests). Not in the default run: `nox -s chaos`, the full-sized chaos run of
+docs/reliability.md (`nox -s chaos -- --failover` on a pg_auto_failover formation), and
 `nox -s bench`, the benchmarks of docs/benchmarks.md."""
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def e2e(session: nox.Session) -> None:
     """The cross-package suites with every package: rolling updates, the quickstart, the plugin
     guide, the docs' shell blocks, the benchmarks' smoke run, the ORM integrations, the
     dashboard, PgBouncer's pool modes, executors on network namespaces (a partition, added
-    latency), the CI-sized chaos run and the SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips
-    those two, not the checker's tests)."""
+    latency), the CI-sized chaos run, the SIGSTOP cases and the failover tests (tests/chaos;
+    CHAOS_SKIP=1 skips those three, not the checker's tests)."""
     _local(session, *PACKAGES, core_extras=CORE_E2E_EXTRAS)
     session.install("-r", "tests/requirements.txt")
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
@@ -115,7 +116,9 @@ def chaos(session: nox.Session) -> None:
     PostgreSQL cluster, `outbox run` processes killed and replaced, PostgreSQL restarted, a
     faulty provider, then the checker's verdict (exit 1 when an invariant broke). Parameters
     as options or CHAOS_<NAME> variables: `nox -s chaos -- --actions 5000 --json report.json`,
-    `nox -s chaos -- --help`."""
+    `nox -s chaos -- --help`. `nox -s chaos -- --failover`: a pg_auto_failover formation
+    (Debian's postgresql-15-auto-failover) and its failovers in place of the restarts, through
+    a multi-host URL (`--replication async`, `--skew-seconds 2`: docs/reliability.md)."""
     _local(session, "outbox-core")
     session.install("-r", "tests/requirements.txt")
     session.run("python", "-m", "tests.chaos.run", *session.posargs)

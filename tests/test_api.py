@@ -22,6 +22,7 @@ PUBLIC_MODULES = {
     "outbox_core.steps",
     "outbox_core.testing",
     "outbox_core.testing.conformance",
+    "outbox_core.testing.pgproxy",
 }
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 ROW = re.compile(r"^\| `(\w+)` \|", re.MULTILINE)

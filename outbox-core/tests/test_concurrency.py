@@ -862,6 +862,50 @@ def test_the_executor_process_stops_cleanly_on_sigterm(
     assert records(rec, x) == [(x, "start", proc.pid), (x, "end", proc.pid)]
 
 
+# -- g. idle executor processes, one enqueue at a time -----------------------------------------
+
+WAKE_POLL = 60.0  # jittered to 48-72 s: a start that waited for it cannot pass the deadline
+
+
+def test_every_single_enqueue_starts_on_a_wake_up_with_several_executor_processes_waiting(
+    rec: OutboxTestDatabase, procs: Procs
+) -> None:
+    """Three idle executor processes, each registered as waiting: fifty actions enqueued one
+    at a time, each in a lane of its own and committed once the one before has started. Every
+    one starts on the notification of its commit, none at a poll: each is given a quarter of
+    the poll. (The hosts' start latency once looked like starts that waited for the poll as
+    executors were added: it counted each executor's first start, docs/reliability.md.)"""
+    db = rec
+    workers = [procs.start("TEST_RECORD", poll=WAKE_POLL, pool_size=2) for _ in range(3)]
+    for worker in workers:
+        worker.wait_ready()
+    # Registered only once, at the start: each must stay so after the actions it runs.
+    wait_for(
+        lambda: db.scalar("SELECT count(*) FROM {schema}.executor_waiting") >= len(workers),
+        30,
+        "every executor to register as waiting",
+    )
+    waits = []
+    with db.connect() as producer:
+        for i in range(50):
+            x = db.outbox.enqueue(producer, ActionRequest("TEST_RECORD", f"one-{i}", f"one-{i}")).id
+            producer.commit()
+            committed = time.monotonic()
+            wait_for(
+                lambda x=x: records(db, x),
+                WAKE_POLL / 4,
+                f"enqueue {i} (action {x}) to start: it waited for a poll",
+                interval=0.005,
+            )
+            waits.append(time.monotonic() - committed)
+    for worker in workers:
+        assert worker.stop() == 0, worker.stderr()
+        assert own_warnings(worker.stderr()) == [], worker.stderr()
+    by_pid = Counter(pid for _, event, pid in records(db) if event == "start")
+    assert sum(by_pid.values()) == 50
+    print(f"starts per process: {dict(by_pid)}; slowest seen after {max(waits) * 1000:.0f} ms")
+
+
 # -- a core bug: claims beyond a kind's concurrency limit --------------------------------------
 
 

@@ -11,8 +11,7 @@ import pytest
 from outbox_core import ActionRequest
 from outbox_core.executor import Executor
 from outbox_core.testing import OutboxTestDatabase
-
-from .pgproxy import ReplyLosingProxy
+from outbox_core.testing.pgproxy import ReplyLosingProxy
 
 
 def events(caplog: pytest.LogCaptureFixture, name: str, action_id: int) -> int:

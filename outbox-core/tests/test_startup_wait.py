@@ -13,8 +13,7 @@ import time
 from psycopg.conninfo import conninfo_to_dict
 
 from outbox_core.testing import OutboxTestDatabase
-
-from .pgproxy import ReplyLosingProxy
+from outbox_core.testing.pgproxy import ReplyLosingProxy
 
 
 def free_port() -> int:

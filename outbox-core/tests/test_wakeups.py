@@ -7,6 +7,7 @@ it registers again at each poll, and leaves once it has been busy for a while.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -14,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Done
 from outbox_core.executor import Executor
@@ -322,3 +324,25 @@ async def test_an_idle_executor_registers_the_backend_it_listens_on(
             "SELECT a.query FROM {schema}.executor_waiting w "
             "JOIN pg_stat_activity a ON a.pid = w.listener_pid"
         ).startswith("LISTEN")
+
+
+async def test_a_registration_that_failed_is_tried_again_within_a_second_not_at_the_poll(
+    db: OutboxTestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without its row producers do not notify it, so a failed registration (the first statement
+    after a failover may meet a pool connection that died with the old primary) would leave
+    every enqueue to the poll."""
+    caplog.set_level(logging.WARNING, logger="outbox")
+    db.execute("ALTER TABLE {schema}.executor_waiting RENAME TO executor_waiting_away")
+
+    def failures() -> int:
+        return sum(
+            1 for r in caplog.records if getattr(r, "event", None) == "executor.waiting.failed"
+        )
+
+    async with running(db, registered_first=False, poll_seconds=3600.0):
+        # Tried again and again while the table is away (a wake-up may explain a second try,
+        # not a third), then it registers once it is back.
+        await until(lambda: failures() >= 3, "not tried again before the poll", seconds=60.0)
+        db.execute("ALTER TABLE {schema}.executor_waiting_away RENAME TO executor_waiting")
+        await until(lambda: registered(db) == 1, "not registered again", seconds=60.0)

@@ -69,7 +69,7 @@ def test_a_history_that_cannot_be_read_keeps_the_reads_error(
     slack_server.fail("conversations.history", "missing_scope")
     post(slack_db, "t1")
     run_to_end(slack_db, "t1")
-    assert detail(slack_db, "t1") == ("Uncertain", "history read: Slack missing_scope")
+    assert detail(slack_db, "t1") == ("Uncertain", "conversations.history: Slack missing_scope")
 
 
 def test_a_post_that_went_through_keeps_no_secret(

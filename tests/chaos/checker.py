@@ -19,6 +19,8 @@ check                     rule
                           ended
 ``overlap``               per lane, no write received before the lane's previous write finished
 ``tracebacks``            no ``Traceback`` in an executor's log
+``enqueued``              every enqueue whose commit the producer saw return is in the table (when
+                          the run says which committed: a failover may lose a commit)
 ========================  ==========================================================================
 """
 
@@ -32,7 +34,7 @@ from typing import Any
 from .provider import DROPPED, Write
 
 ENDED = frozenset({"DONE", "UNCERTAIN", "FAILED", "CANCELLED"})
-CHECKS = ("ended", "known", "effects", "order", "overlap", "tracebacks")
+CHECKS = ("ended", "known", "effects", "order", "overlap", "tracebacks", "enqueued")
 EXAMPLES = 5  # violations quoted per check; all are counted
 
 
@@ -49,6 +51,7 @@ class ActionRow:
     epoch: int
     created_at: float
     ended_at: float | None
+    attempt: int = 1
 
 
 @dataclass
@@ -81,10 +84,12 @@ def check(
     *,
     at_most_once: Iterable[str],
     logs: Mapping[str, str] | None = None,
+    committed: Iterable[str] | None = None,
 ) -> Verdict:
     """The verdict on one run: ``writes`` as the provider recorded them, ``actions`` as the table
     holds them after the run, ``at_most_once`` the kinds that never write twice, ``logs`` each
-    executor's log by name."""
+    executor's log by name, ``committed`` the idempotency keys whose enqueue the producer saw
+    commit."""
     verdict = Verdict()
     once = frozenset(at_most_once)
     rows = {a.id: a for a in actions}
@@ -115,6 +120,9 @@ def check(
     for name, text in sorted((logs or {}).items()):
         if "Traceback" in text:
             verdict.add("tracebacks", f"{name}: {text.count('Traceback')} traceback(s)")
+    keys = {a.key for a in rows.values()}
+    for key in sorted(set(committed or ()) - keys):
+        verdict.add("enqueued", f"the enqueue of {key} committed, and the table has no {key}")
 
     verdict.figures = _figures(received, rows.values(), by_action, lanes)
     return verdict

@@ -7,6 +7,13 @@ into running lanes, a SIGKILL loop with replacements, PostgreSQL restarted with 
 full size; ``--help`` lists the parameters, each also ``CHAOS_<NAME>`` in the environment
 (``CHAOS_ACTIONS=5000``). ``tests/chaos/test_chaos_run.py`` runs :data:`CI_SIZE` in the
 default ``nox``.
+
+``--failover`` (issue 35) runs the executors and the producer against a pg_auto_failover
+formation instead (:mod:`tests.chaos.failover`), through its multi-host URL: in place of the
+restarts, a planned failover, then SIGKILL of the new primary (an unplanned one), then the
+killed node rejoining as the standby; ``--replication async`` without a synchronous standby,
+``--skew-seconds 2`` with the standby's clock that far ahead. ``tests/chaos/test_failover.py``
+runs :data:`CI_FAILOVER`.
 """
 
 from __future__ import annotations
@@ -25,17 +32,19 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import psycopg
 
 from outbox_core import ActionRequest, Outbox, build_host
 
 from .checker import ActionRow, Verdict, check
-from .cluster import ChaosCluster, chaos_cluster
+from .cluster import DURABILITY, ChaosCluster, chaos_cluster
+from .failover import Failover, FailoverCluster, failover_cluster
 from .plugin import ONCE_KIND, READBACK_KIND
 from .provider import Write
 
@@ -63,10 +72,31 @@ class ChaosParams:
     seed: int = 1
     drain_seconds: float = 600.0  # after the producer: how long the actions may take to end
     min_kills: int = 0  # the kill loop goes on after the producer until this many kills
+    # A pg_auto_failover formation instead of one server (--failover): its failovers, evenly
+    # spread over the enqueueing ("perform": pg_autoctl perform failover; "kill": SIGKILL of
+    # the primary, then it rejoins), its replication ("sync" or "async"), and how far ahead
+    # the first standby's clock runs.
+    failovers: str = ""
+    replication: str = "sync"
+    skew_seconds: float = 0.0
+    # Before the kill, the primary's WAL sender stalls this long (its lag when the primary
+    # dies): what asynchronous replication then loses, and what synchronous replication keeps.
+    lag_seconds: float = 1.0
 
     @property
     def restart_modes(self) -> list[str]:
         return [m.strip() for m in self.restarts.split(",") if m.strip()]
+
+    @property
+    def failover_modes(self) -> list[str]:
+        return [m.strip() for m in self.failovers.split(",") if m.strip()]
+
+    @property
+    def events(self) -> list[tuple[str, str]]:
+        """What the run does to its database, in order: ("restart", mode), ("failover", mode)."""
+        if self.failovers:
+            return [("failover", mode) for mode in self.failover_modes]
+        return [("restart", mode) for mode in self.restart_modes]
 
 
 CI_SIZE = ChaosParams(
@@ -84,6 +114,12 @@ CI_SIZE = ChaosParams(
     min_kills=3,
 )
 
+# The failover runs: a formation in place of the restarts.
+FAILOVER = dataclasses.replace(ChaosParams(), failovers="perform,kill", restarts="")
+CI_FAILOVER = dataclasses.replace(
+    CI_SIZE, failovers="perform,kill", restarts="", enqueue_seconds=45.0, min_kills=2
+)
+
 
 @dataclass
 class Report:
@@ -97,6 +133,15 @@ class Report:
     logs: Path
     figures: dict[str, Any] = field(default_factory=dict)
 
+    def text(self) -> str:
+        """What a test prints of the run: the verdict, the faults met, the figures."""
+        events = "failovers" if self.params.failovers else "restarts"
+        return (
+            f"\n{self.verdict.summary()}\n"
+            f"kills {self.kills}, {events} {self.restarts}, {self.seconds:.0f} s\n"
+            f"figures {self.verdict.figures}"
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "params": dataclasses.asdict(self.params),
@@ -105,7 +150,7 @@ class Report:
             "violations": {k: v[:20] for k, v in self.verdict.violations.items() if v},
             "kills": self.kills,
             "executors_started": self.executors_started,
-            "restarts": self.restarts,
+            ("failovers" if self.params.failovers else "restarts"): self.restarts,
             "seconds": round(self.seconds, 1),
             "cpus": os.cpu_count(),
             "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
@@ -199,6 +244,8 @@ class Producer(threading.Thread):
         self.error: BaseException | None = None
         self.retried = 0
         self.outbox = chaos_outbox()
+        self.committed: list[str] = []
+        """The keys of the batches whose commit returned."""
 
     def requests(self) -> list[ActionRequest]:
         rng = random.Random(self.params.seed)
@@ -235,6 +282,7 @@ class Producer(threading.Thread):
                         conn = psycopg.connect(self.url, connect_timeout=5)
                     with conn.transaction():
                         self.outbox.enqueue_many(conn, batch)
+                    self.committed += [request.idempotency_key for request in batch]
                     break
                 except psycopg.OperationalError:
                     self.retried += 1
@@ -357,14 +405,54 @@ def migrate(env: dict[str, str]) -> None:
         raise RuntimeError(f"outbox migrate failed: {done.stdout}{done.stderr}")
 
 
-def read_actions(url: str) -> list[ActionRow]:
+def read_actions(url: str, clock: Clock | None = None) -> list[ActionRow]:
+    """The action table; with ``clock``, its times as this process's clock had them."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT id, kind, lane_key, idempotency_key, state, stop_reason, epoch,"
-            " extract(epoch FROM created_at)::float8, extract(epoch FROM ended_at)::float8"
-            " FROM outbox.agent_action ORDER BY id"
+            " extract(epoch FROM created_at)::float8, extract(epoch FROM ended_at)::float8,"
+            " attempt FROM outbox.agent_action ORDER BY id"
         ).fetchall()
-    return [ActionRow(*row) for row in rows]
+    found = [ActionRow(*row) for row in rows]
+    if clock is None:
+        return found
+    return [
+        dataclasses.replace(
+            a,
+            created_at=clock.wall(a.created_at),
+            ended_at=None if a.ended_at is None else clock.wall(a.ended_at),
+        )
+        for a in found
+    ]
+
+
+SLACK = 0.3  # how far a commit may lie outside what the watcher saw of its primary
+
+
+@dataclass
+class Clock:
+    """The database clock of whichever node was primary, back to this process's clock: a node
+    whose clock runs ahead (``--skew-seconds``) writes times that far ahead, and the checker
+    compares them with the provider's. Each stretch between failovers had one primary, whose
+    offset was measured at the start; a stretch ends when its primary last took a read-write
+    connection, and the next begins when the new primary first took one (each as a watcher
+    polling every 50 ms saw it: within a poll, and a connection, of the truth)."""
+
+    offsets: dict[str, float]
+    first: str
+    failovers: list[Failover] = field(default_factory=list)
+
+    def wall(self, t: float) -> float:
+        stretches: list[tuple[float, float, str]] = []
+        low, primary = float("-inf"), self.first
+        for f in self.failovers:
+            stretches.append((low, f.old_last_write + SLACK, primary))
+            low, primary = f.new_first_write - SLACK, f.new
+        stretches.append((low, float("inf"), primary))
+        for low, high, node in stretches:
+            if low <= t - self.offsets[node] <= high:
+                return t - self.offsets[node]
+        return t - self.offsets[stretches[-1][2]]
 
 
 def live_actions(url: str) -> int | None:
@@ -391,21 +479,133 @@ def log_events(texts: Iterable[str]) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-def _recoveries(cluster: ChaosCluster, actions: list[ActionRow]) -> list[dict[str, Any]]:
+def _recoveries(
+    events: Iterable[Any], actions: list[ActionRow], **more: Any
+) -> list[dict[str, Any]]:
+    """Per restart or failover: how long no server took writes, and how long after it was back
+    (the new primary was up) the first action ended."""
     ends = sorted(a.ended_at for a in actions if a.ended_at is not None)
     found = []
-    for restart in cluster.restarts:
-        after = next((t for t in ends if t > restart.up), None)
+    for done in events:
+        after = next((t for t in ends if t > done.up), None)
         found.append(
             {
-                "mode": restart.mode,
-                "down_seconds": round(restart.down_seconds, 2),
-                "first_ending_after_seconds": (
-                    round(after - restart.up, 2) if after is not None else None
+                "mode": done.mode,
+                **(
+                    {
+                        "old": done.old,
+                        "new": done.new,
+                        # No node took writes (as the watcher saw it), against the time until
+                        # the monitor had the new primary (down_seconds).
+                        "no_writes_seconds": round(done.new_first_write - done.old_last_write, 2),
+                    }
+                    if isinstance(done, Failover)
+                    else {}
                 ),
+                "down_seconds": round(done.down_seconds, 2),
+                "first_ending_after_seconds": (
+                    round(after - done.up, 2) if after is not None else None
+                ),
+                **more,
             }
         )
     return found
+
+
+ENDED_EVENT = re.compile(r"action\.ended\.(\w+) action\.id=(\d+) .*?attempt=(\d+)")
+
+
+def losses(
+    committed: Iterable[str],
+    actions: Iterable[ActionRow],
+    writes: Iterable[Write],
+    texts: Iterable[str],
+) -> dict[str, Any]:
+    """What a failover lost, and what the outbox did about it: the enqueues whose commit
+    returned and that the table lacks; the endings an executor saw commit that the table lacks
+    (``endings``), with how each of those actions ended and with how many effects
+    (``endings_then``); the actions with a second effect, by kind, whose claim was lost (both
+    effects at one epoch: the new primary had the action as not yet claimed) or whose fence was
+    (a later epoch wrote again without reading back: the new primary had no fence)."""
+    rows = {a.id: a for a in actions}
+    effects: dict[int, list[int]] = {}
+    for w in writes:
+        if w.effect:
+            effects.setdefault(w.action_id, []).append(w.epoch)
+    lost = lost_endings(texts, rows.values())
+    then = Counter(
+        f"{rows[i].kind} {rows[i].state} {rows[i].stop_reason}, {len(effects.get(i, []))} effect(s)"
+        for i in lost
+        if i in rows
+    )
+    twice: Counter[str] = Counter()
+    for action_id, epochs in effects.items():
+        if len(epochs) > 1 and action_id in rows:
+            what = "claim" if len(set(epochs)) < len(epochs) else "fence"
+            twice[f"{rows[action_id].kind} {what} lost"] += 1
+    return {
+        "enqueues": len(set(committed) - {a.key for a in rows.values()}),
+        "endings": len(lost),
+        "endings_then": dict(sorted(then.items())),
+        "sent_twice": dict(sorted(twice.items())),
+    }
+
+
+def lost_endings(texts: Iterable[str], actions: Iterable[ActionRow]) -> list[int]:
+    """Actions whose ending an executor logged as written (its commit returned) and the table
+    does not hold: a later attempt, or another state (a failover that lost the commit)."""
+    rows = {a.id: a for a in actions}
+    lost: set[int] = set()
+    for text in texts:
+        for state, action_id, attempt in ENDED_EVENT.findall(text):
+            row = rows.get(int(action_id))
+            if row is None or row.attempt != int(attempt) or row.state.lower() != state:
+                lost.add(int(action_id))
+    return sorted(lost)
+
+
+@contextmanager
+def chaos_database(params: ChaosParams) -> Iterator[ChaosCluster | FailoverCluster]:
+    """The run's database: one server (restarted), or a failover formation (--failover)."""
+    if not params.failovers:
+        with chaos_cluster() as cluster:
+            yield cluster
+        return
+    if params.replication not in ("sync", "async"):
+        raise ValueError(f"--replication must be sync or async, not {params.replication!r}")
+    skew = {"node2": params.skew_seconds} if params.skew_seconds else {}
+    replication: Literal["sync", "async"] = "async" if params.replication == "async" else "sync"
+    with failover_cluster(replication, skew=skew) as formation:
+        found = formation.settings()
+        if any(found[name] != "on" for name in DURABILITY):
+            raise RuntimeError(f"the failover formation must run with durability on: {found}")
+        yield formation
+
+
+def _apply(
+    database: ChaosCluster | FailoverCluster,
+    params: ChaosParams,
+    event: str,
+    mode: str,
+    say: Any,
+) -> None:
+    """One restart of the server, or one failover of the formation (a killed primary then
+    rejoins as the standby)."""
+    if isinstance(database, ChaosCluster):
+        restarted = database.restart(mode)
+        say(f"chaos: PostgreSQL restarted ({mode}) in {restarted.down_seconds:.1f} s")
+        return
+    assert event == "failover"
+    if mode == "perform":
+        done = database.perform_failover()
+    elif mode == "kill":
+        done = database.kill_primary(params.lag_seconds)
+    else:
+        raise ValueError(f"a failover is perform or kill, not {mode!r}")
+    say(f"chaos: failover ({mode}) {done.old} -> {done.new} in {done.down_seconds:.1f} s")
+    if mode == "kill":
+        rejoined = database.rejoin(done.old)
+        say(f"chaos: {done.old} rejoined as the standby in {rejoined['seconds']} s")
 
 
 def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print) -> Report:
@@ -415,34 +615,40 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
     rng = random.Random(params.seed)
     started = began = time.monotonic()
     provider, port = start_provider(params, log=logs / "provider.log")
+    lost: dict[str, Any] = {}
+    database: ChaosCluster | FailoverCluster
     try:
-        with chaos_cluster() as cluster:
-            durability = cluster.settings()
-            env = executor_env(params, cluster.url, port)
+        with chaos_database(params) as database:
+            durability = database.settings()
+            clock = None
+            if isinstance(database, FailoverCluster) and params.skew_seconds:
+                offsets = {node.name: database.clock_offset(node) for node in database.nodes}
+                clock = Clock(offsets, database.primary().name, database.failovers)
+                durability["clock_offsets"] = json.dumps(
+                    {k: round(v, 2) for k, v in offsets.items()}
+                )
+            env = executor_env(params, database.url, port)
             migrate(env)
             executors = Executors(env, logs)
             for _ in range(params.executors):
                 executors.start()
             executors.wait_started()
-            monitor = Monitor(cluster.url, logs / "monitor.log")
+            monitor = Monitor(database.url, logs / "monitor.log")
             monitor.start()
-            producer = Producer(params, cluster.url)
+            producer = Producer(params, database.url)
             producer.start()
-            began = time.monotonic()  # the schedule of kills and restarts runs from here
-            modes = params.restart_modes
-            restart_at = [
-                params.enqueue_seconds * (i + 1) / (len(modes) + 1) for i in range(len(modes))
+            began = time.monotonic()  # the schedule of kills, restarts and failovers runs from here
+            events = params.events
+            event_at = [
+                params.enqueue_seconds * (i + 1) / (len(events) + 1) for i in range(len(events))
             ]
             next_kill = rng.uniform(params.kill_min_seconds, params.kill_max_seconds)
             try:
-                while producer.is_alive() or modes or executors.kills < params.min_kills:
+                while producer.is_alive() or events or executors.kills < params.min_kills:
                     elapsed = time.monotonic() - began
-                    if modes and elapsed >= restart_at[0]:
-                        restart_at.pop(0)
-                        done = cluster.restart(modes.pop(0))
-                        say(
-                            f"chaos: PostgreSQL restarted ({done.mode}) in {done.down_seconds:.1f} s"
-                        )
+                    if events and elapsed >= event_at[0]:
+                        event_at.pop(0)
+                        _apply(database, params, *events.pop(0), say)
                     if elapsed >= next_kill and executors.kill_one(rng):
                         next_kill = elapsed + rng.uniform(
                             params.kill_min_seconds, params.kill_max_seconds
@@ -453,23 +659,40 @@ def run_chaos(params: ChaosParams, logs: Path | None = None, *, say: Any = print
                 say(f"chaos: {params.actions} actions enqueued, {executors.kills} kills; draining")
                 deadline = time.monotonic() + params.drain_seconds
                 while time.monotonic() < deadline:
-                    if live_actions(cluster.url) == 0:
+                    if live_actions(database.url) == 0:
                         break
                     time.sleep(1.0)
             finally:
                 monitor.stopping.set()
                 executors.stop()
-            actions = read_actions(cluster.url)
-            restarts = _recoveries(cluster, actions)
+            actions = read_actions(database.url, clock)
+            if isinstance(database, FailoverCluster):
+                restarts = _recoveries(database.failovers, actions)
+                for done, rejoined in zip(
+                    [r for r in restarts if r["mode"] == "kill"], database.rejoins, strict=True
+                ):
+                    done["rejoin_seconds"] = rejoined["seconds"]
+            else:
+                restarts = _recoveries(database.restarts, actions)
         writes = provider_record(port)
+        if isinstance(database, FailoverCluster):
+            lost = losses(producer.committed, actions, writes, executors.texts().values())
     finally:
         provider.terminate()
         provider.wait(10)
     (logs / "writes.json").write_text(json.dumps([dataclasses.asdict(w) for w in writes]))
     (logs / "actions.json").write_text(json.dumps([dataclasses.asdict(a) for a in actions]))
-    verdict = check(writes, actions, at_most_once=[ONCE_KIND], logs=executors.texts())
+    verdict = check(
+        writes,
+        actions,
+        at_most_once=[ONCE_KIND],
+        logs=executors.texts(),
+        committed=producer.committed,
+    )
     verdict.figures["producer_retries"] = producer.retried
     verdict.figures["log_events"] = log_events(executors.texts().values())
+    if lost:
+        verdict.figures["lost"] = lost
     return Report(
         params=params,
         durability=durability,
@@ -493,11 +716,22 @@ def parse_params(argv: list[str] | None = None, base: ChaosParams | None = None)
         values[f.name] = kind(default) if default is not None else getattr(base, f.name)
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=values[f.name])
     parser.add_argument("--ci-size", action="store_true", help="the CI-sized run")
+    parser.add_argument(
+        "--failover",
+        action="store_true",
+        help="a pg_auto_failover formation and its failovers in place of the restarts",
+    )
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--logs", type=Path, help="the executors' logs go here")
     args = parser.parse_args(argv)
-    if args.ci_size:
-        return parse_params([a for a in (argv or []) if a != "--ci-size"], CI_SIZE)
+    if args.ci_size or args.failover:
+        preset = {
+            (True, False): CI_SIZE,
+            (False, True): FAILOVER,
+            (True, True): CI_FAILOVER,
+        }[(args.ci_size, args.failover)]
+        rest = [a for a in (argv or []) if a not in ("--ci-size", "--failover")]
+        return parse_params(rest, preset)
     return ChaosParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChaosParams)})
 
 

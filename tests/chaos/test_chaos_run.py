@@ -19,10 +19,7 @@ def test_a_ci_sized_chaos_run_keeps_every_invariant(capsys: pytest.CaptureFixtur
     params = parse_params([], CI_SIZE)  # CHAOS_<NAME> variables may change it
     report = run_chaos(params)
     with capsys.disabled():
-        print()
-        print(report.verdict.summary())
-        print(f"kills {report.kills}, restarts {report.restarts}, {report.seconds:.0f} s")
-        print(f"figures {report.verdict.figures}")
+        print(report.text())
     assert report.verdict.ok, f"{report.verdict.summary()}\nlogs: {report.logs}"
     assert report.kills >= 3
     assert [r["mode"] for r in report.restarts] == params.restart_modes

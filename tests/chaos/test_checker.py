@@ -1,6 +1,7 @@
 """The checker can fail: a clean record passes, and a record with a duplicate, a gap, an overlap,
 an order violation, an unended action, a dropped at-most-once answer taken for DONE, or a
-traceback flips its verdict, each on the check that names it."""
+traceback flips its verdict, each on the check that names it; so does a committed enqueue that the
+table lacks."""
 
 from __future__ import annotations
 
@@ -140,3 +141,11 @@ def test_a_traceback_in_a_log_fails_on_tracebacks() -> None:
         "executor-2.log": "ERROR outbox executor.task.failed\nTraceback (most recent call last):\n"
     }
     assert verdict(*clean(), logs=logs).failed() == ["tracebacks"]
+
+
+def test_a_committed_enqueue_missing_from_the_table_fails_on_enqueued() -> None:
+    writes, rows = clean()
+    committed = [row.key for row in rows]
+    assert check(writes, rows, at_most_once=[ONCE], committed=committed).ok
+    lost = check(writes, rows, at_most_once=[ONCE], committed=[*committed, "chaos-7"])
+    assert lost.failed() == ["enqueued"]

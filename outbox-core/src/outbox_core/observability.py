@@ -46,9 +46,15 @@ def database_label(conninfo: str) -> str:
         params = conninfo_to_dict(conninfo)
     except Exception:
         return "(unparsable)"
-    host = str(params.get("host") or params.get("hostaddr") or "(local socket)")
-    port = f":{params['port']}" if params.get("port") else ""
-    return f"{host}{port}/{params.get('dbname') or '(default)'}"
+    hosts = str(params.get("host") or params.get("hostaddr") or "(local socket)").split(",")
+    ports = str(params.get("port") or "").split(",")
+    if len(ports) == 1:  # one port for every host
+        ports = ports * len(hosts)
+    named = ",".join(
+        f"{host}:{port}" if port else host
+        for host, port in zip(hosts, ports + [""] * (len(hosts) - len(ports)), strict=False)
+    )
+    return f"{named}/{params.get('dbname') or '(default)'}"
 
 
 # The attributes every LogRecord has: the rest are the ``extra`` fields of an event.

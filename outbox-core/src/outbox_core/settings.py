@@ -324,6 +324,10 @@ class SectionSettings(BaseSettings):
         return (init_settings, env_settings, _TomlSource(settings_cls, cls.toml_section))
 
 
+MULTI_HOST_ATTRS = ("read-write", "primary")
+"""The ``target_session_attrs`` a URL that names several hosts must have: only a primary."""
+
+
 class OutboxSettings(SectionSettings):
     """The core's settings. Every field is also ``OUTBOX_<NAME>`` in the environment."""
 
@@ -410,11 +414,21 @@ class OutboxSettings(SectionSettings):
         from psycopg.errors import ProgrammingError
 
         try:
-            conninfo_to_dict(text)
+            params = conninfo_to_dict(text)
         except ProgrammingError as exc:
             # libpq's message names the bad part, and for a URI quotes it whole: with the
             # password. It is said without the URL.
             raise ValueError(f"malformed ({hide_url(str(exc).strip(), text)})") from None
+        hosts = str(params.get("host") or params.get("hostaddr") or "").split(",")
+        attrs = params.get("target_session_attrs")
+        if len(hosts) > 1 and attrs not in MULTI_HOST_ATTRS:
+            # libpq takes the first host that answers, a standby too: LISTEN and every write
+            # of the executor fail there (issue 35; docs/operations.md, "High availability").
+            raise ValueError(
+                f"names {len(hosts)} hosts with target_session_attrs={attrs or 'any'}: the "
+                "first to answer could be a standby; add target_session_attrs=read-write "
+                "(?target_session_attrs=read-write), so that only the primary is taken"
+            )
         return SecretStr(text)
 
     @model_validator(mode="after")

@@ -17,15 +17,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from pydantic import ValidationError
 
 from .adapter import ActionAdapter, check_built
 from .errors import ConfigurationError, OutboxError
+from .observability import event
 from .registry import KindRegistry, RegisteredKind
 from .settings import OutboxSettings, validation_problems
 
@@ -111,6 +114,37 @@ async def _backend(conn: AsyncConnection[Any]) -> int:
     row = await cursor.fetchone()
     assert row is not None
     return int(row[0])
+
+
+OPEN_WAIT_SECONDS = 30.0
+"""How long an executor that opens waits for its database (its session check, its pool): a
+failover or a restart between ``outbox run``'s start-up wait and the open is waited out."""
+
+
+async def acheck_sessions_waiting(conninfo: str, database: str) -> None:
+    """:func:`acheck_sessions`, waiting up to :data:`OPEN_WAIT_SECONDS` for a database that does
+    not take connections (``executor.database.waiting``, one line a try), as the pool's open
+    waits: an ``outbox run`` started during a failover otherwise died on the check, with a
+    traceback (the failover chaos run, issue 35)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + OPEN_WAIT_SECONDS
+    delay = 0.25
+    while True:
+        try:
+            await acheck_sessions(conninfo, database)
+            return
+        except psycopg.OperationalError as exc:
+            if loop.time() + delay > deadline:
+                raise
+            event(
+                "executor.database.waiting",
+                level=logging.WARNING,
+                database=database,
+                error=type(exc).__name__,
+                retry_in=delay,
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 async def acheck_sessions(conninfo: str, database: str) -> None:

@@ -10,6 +10,13 @@ provably holds:
 what happened to the post                          result
 =================================================  ============================================
 ``ok: true``                                       Done, ``readback_ref`` = ``<channel>:<ts>``
+``ok: true`` with the warning                      Failed ``SLACK_MESSAGE_TRUNCATED`` (Slack kept
+``message_truncated``                              40,000 characters); the entries get no
+                                                   message reference
+``ok: true`` with another warning, except          Failed ``SLACK_MESSAGE_ALTERED`` (the message
+``missing_charset`` and ``superfluous_charset``    may not be as sent)
+the turn's message over 40,000 characters (one     Failed ``SLACK_MSG_TOO_LONG``, not posted
+enqueued before the enqueue check refused it)
 connection refused, DNS, TLS handshake or connect  Retry (nothing was sent)
 timeout
 HTTP 429 (``Retry-After``), or ``ratelimited``     Defer for that long (the attempt does not
@@ -32,24 +39,45 @@ no token configured                                Failed ``NOT_CONFIGURED`` (no
 every entry redacted before the post               Cancelled ``SLACK_REDACTED`` (nothing sent)
 =================================================  ============================================
 
-After an unknown write (``attempt.write_started``) the attempt only reads: it never posts.
+After an unknown write (``attempt.write_started``) the attempt only reads: it never posts. Reads
+are bounded by time, not attempts (the core's read-back rule): a read-only Reread spends no
+attempt, and the adapter names a wait only when it knows one (Slack's ``Retry-After``, the rest
+of the read-back window); otherwise the core's wait grows from ``reread_base`` to
+``reread_cap``. Every Reread's detail says what the read saw.
 
 =================================================  ============================================
 what the read-back found                           result
 =================================================  ============================================
-a message whose metadata names this action's key   Done with that message's ``ts``
+a message whose metadata names this action's key,  Done with that message's ``ts``
+posted by the token's identity
+such a message posted by anyone else               ignored (``readback.foreign_marker``)
+``auth.test`` (asked once per adapter) fails       as a history page that fails, below
 history read completely, the read begun at least   Cancelled ``ABSENT`` (never posted again)
 ``readback_window_seconds`` after the fence
 read completely, but sooner                        Reread after the rest of the window (Slack
                                                    may show a new post late)
 more pages than ``readback_pages_per_attempt``     Reread, the cursor kept on the turn's row
-a page rate-limited (429), HTTP 5xx,               Reread (UNCERTAIN ``ATTEMPTS_EXHAUSTED`` at
-``internal_error``, a timeout or a drop            the last attempt), the cursor kept
+a page rate-limited (429, ``ratelimited``)         Reread after Slack's ``Retry-After`` (without
+                                                   one, the core's wait), the cursor kept
+HTTP 5xx, ``internal_error``, ``fatal_error``,     Reread (the core's growing wait), the cursor
+``service_unavailable``, a timeout or a drop       kept
+either of the two for ``unreadable_for`` since     UNCERTAIN ``READBACK_UNAVAILABLE`` (the core)
+the fence
 ``missing_scope``, ``not_in_channel``,             Uncertain ``SLACK_HISTORY_UNREADABLE``
 ``channel_not_found``, ``invalid_auth``,
 ``invalid_cursor``, ``thread_not_found``, any
 other ``ok: false``; ``has_more`` without a cursor
 =================================================  ============================================
+
+The token's identity is ``auth.test``'s ``user_id`` and ``bot_id``, asked at the first read-back
+and kept by the adapter: a message is the post only when its ``bot_id`` is the bot's (and its
+``user``, when it has one, the bot's user), or, for a token without a bot, its ``user`` is the
+token's. The metadata's key is predictable (``slack_post:<turn_id>``), so anyone who can post to
+the channel could otherwise plant a message that a read-back after a lost answer takes for the
+post.
+
+A turn's message is refused at enqueue when Slack would cut it (:mod:`outbox_slack.message`):
+:meth:`SlackPostAdapter.check_enqueue` reads the turn's stored entries on every enqueue path.
 
 The read covers ``oldest`` = the fence's time minus ``readback_clock_skew_seconds`` to
 ``latest`` = the fence's time plus the fence margin (the post ended within it) plus the skew,
@@ -72,7 +100,7 @@ from datetime import datetime, timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, Field
 
 from outbox_core import (
@@ -82,9 +110,11 @@ from outbox_core import (
     ActionVariants,
     AdapterResult,
     Cancelled,
+    ConfigurationError,
     ConfiguredAdapter,
     Defer,
     Done,
+    EnqueueCheck,
     Failed,
     OutboxSettings,
     PerLoop,
@@ -96,8 +126,10 @@ from outbox_core import (
     event,
     retry_after,
 )
+from outbox_core.steps import Query, Steps, arun, run
 
 from .domain import message_ref, on_ended, queries
+from .message import TEXT_LIMIT, check_length, message_text, text_length
 from .settings import SlackSettings
 
 if TYPE_CHECKING:
@@ -110,12 +142,15 @@ EVENT_TYPE: Final = "outbox_post"
 SLACK_REFUSED: Final = "SLACK_REFUSED"
 SLACK_REDACTED: Final = "SLACK_REDACTED"
 SLACK_HISTORY_UNREADABLE: Final = "SLACK_HISTORY_UNREADABLE"
+SLACK_MSG_TOO_LONG: Final = "SLACK_MSG_TOO_LONG"
+SLACK_MESSAGE_TRUNCATED: Final = "SLACK_MESSAGE_TRUNCATED"
+SLACK_MESSAGE_ALTERED: Final = "SLACK_MESSAGE_ALTERED"
 
 ERROR_REASONS: Final[Mapping[str, str]] = {
     "channel_not_found": "SLACK_CHANNEL_NOT_FOUND",
     "not_in_channel": "SLACK_NOT_IN_CHANNEL",
     "is_archived": "SLACK_IS_ARCHIVED",
-    "msg_too_long": "SLACK_MSG_TOO_LONG",
+    "msg_too_long": SLACK_MSG_TOO_LONG,
     "no_text": "SLACK_NO_TEXT",
     "invalid_auth": "SLACK_INVALID_AUTH",
     "not_authed": "SLACK_NOT_AUTHED",
@@ -141,6 +176,8 @@ STOP_REASONS: Final = frozenset(ERROR_REASONS.values()) | {
     SLACK_REFUSED,
     SLACK_REDACTED,
     SLACK_HISTORY_UNREADABLE,
+    SLACK_MESSAGE_TRUNCATED,
+    SLACK_MESSAGE_ALTERED,
 }
 
 MAYBE_WRITTEN: Final = frozenset({"internal_error", "fatal_error"})
@@ -150,6 +187,12 @@ NOT_TAKEN: Final = frozenset({"service_unavailable", "request_timeout", "team_ad
 """``ok: false`` errors by which Slack says it did not carry the request out (unavailable, the
 request arrived truncated, the workspace is migrating): retry."""
 RATE_LIMITED: Final = frozenset({"ratelimited", "rate_limited"})
+ALTERED_WARNINGS: Final[Mapping[str, str]] = {"message_truncated": SLACK_MESSAGE_TRUNCATED}
+"""``ok: true`` warnings by which Slack says it posted something else than was sent (it kept
+40,000 characters of the text): the post is not done."""
+REQUEST_WARNINGS: Final = frozenset({"missing_charset", "superfluous_charset"})
+"""``ok: true`` warnings about how the request was encoded, not about the message: ignored.
+Any other warning may mean an altered message: ``SLACK_MESSAGE_ALTERED``, never done."""
 
 
 class SlackPost(BaseModel):
@@ -224,6 +267,30 @@ class _Answer:
 _SLACK_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """Who the token posts as (``auth.test``): the bot's user id and its bot id."""
+
+    user_id: str | None
+    bot_id: str | None
+
+    def wrote(self, message: Mapping[str, Any]) -> bool:
+        """Whether ``message`` was posted by this identity. A bot's message carries its
+        ``bot_id`` (and its bot user as ``user``); a token without a bot posts as its user."""
+        user = message.get("user")
+        if self.bot_id is not None:
+            if message.get("bot_id") != self.bot_id:
+                return False
+            return user is None or self.user_id is None or user == self.user_id
+        return user is not None and user == self.user_id
+
+    @staticmethod
+    def author(message: Mapping[str, Any]) -> str:
+        """Who posted ``message``, for the log: its bot id, else its user id."""
+        author = message.get("bot_id") or message.get("user")
+        return str(author) if isinstance(author, str) and _SLACK_CODE.fullmatch(author) else "?"
+
+
 class _Clients:
     """One aiohttp session and two Web API clients on it, in one event loop."""
 
@@ -251,6 +318,8 @@ class _Clients:
         # second message (tests/test_post.py::test_a_post_is_never_resent_by_slack_sdk).
         self.post: AsyncWebClient = async_client.AsyncWebClient(retry_handlers=[], **common)
         self.read: AsyncWebClient = async_client.AsyncWebClient(**common)
+        # Read-backs that start together ask auth.test once (the adapter keeps the answer).
+        self.identity_lock = asyncio.Lock()
 
     async def aclose(self) -> None:
         await self.session.close()
@@ -284,16 +353,42 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         fence_margin_seconds: float = 60.0,
     ) -> None:
         super().__init__(settings, schema=schema, fence_margin_seconds=fence_margin_seconds)
+        window = self.settings.readback_window_seconds
+        if window >= self.unreadable_for.total_seconds():
+            raise ConfigurationError(
+                f"{self.settings.variable('readback_window_seconds')} ({window:g}) must be below "
+                f"{type(self).__qualname__}.unreadable_for "
+                f"({self.unreadable_for.total_seconds():g} s): a read-back gives up as uncertain "
+                "once that has passed since the post, so a complete read after the window could "
+                "never prove the post absent"
+            )
         # No more posts at once than connections: the others would wait for one after their
         # fence while their lease runs down.
         self.max_concurrency = self.settings.max_connections
         self.fence_margin = timedelta(seconds=fence_margin_seconds)
         self._sql = queries(schema)
         self._clients = PerLoop(self._open_clients, _Clients.aclose)
+        # Who the token posts as, asked of auth.test once (at the first read-back) and kept:
+        # a read-back takes only a message of this identity for the post.
+        self._identity: _Identity | None = None
 
     @classmethod
     def variants(cls) -> ActionVariants:
         return ActionVariants.one(SlackPost)
+
+    # -- at enqueue ----------------------------------------------------------------------------
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """A turn whose message Slack would cut (over 40,000 characters) is refused
+        (``InvalidRequest`` on ``entries``) on every enqueue path, nothing written: its entries,
+        stored before the enqueue (``post_turn`` does), are read in the caller's transaction."""
+        run(conn, _length_check_steps(check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        """The async twin of :meth:`check_enqueue`."""
+        await arun(conn, _length_check_steps(check))
 
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:
@@ -361,6 +456,16 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
     async def _post(
         self, attempt: ActionAttempt, body: SlackPost, content: _Content
     ) -> AdapterResult:
+        text = message_text(content.texts)
+        length = text_length(text)
+        if length > TEXT_LIMIT:
+            # Enqueued before the enqueue check refused such turns: never posted cut.
+            self._event("slack.post.refused", attempt, logging.WARNING, reason=SLACK_MSG_TOO_LONG)
+            return Failed(
+                SLACK_MSG_TOO_LONG,
+                detail=f"the message is {length:,} characters, Slack keeps {TEXT_LIMIT:,}: "
+                "not posted",
+            )
         aiohttp, _, errors = _lib()
         clients = self._clients.get()
         if not await attempt.fence().begin_write():
@@ -368,7 +473,7 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         try:
             response = await clients.post.chat_postMessage(
                 channel=content.channel,
-                text="\n\n".join(content.texts),
+                text=text,
                 thread_ts=content.thread_ts,
                 metadata=self._metadata(attempt, body, content),
             )
@@ -390,6 +495,21 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         if not isinstance(ts, str) or not ts:
             self._event("slack.post.unknown", attempt, logging.WARNING, error="no ts")
             return Reread(after=self._window_wait(timedelta(0)), detail="Slack ok without a ts")
+        warnings = _warnings(response)
+        if warnings:
+            # Posted, but not as sent (cut at 40,000 characters): not done, and the entries
+            # get no message reference (the ending is not DONE).
+            reason = next(
+                (ALTERED_WARNINGS[name] for name in warnings if name in ALTERED_WARNINGS),
+                SLACK_MESSAGE_ALTERED,
+            )
+            named = ",".join(warnings)
+            self._event(
+                "slack.post.altered", attempt, logging.WARNING, reason=reason, warning=named, ts=ts
+            )
+            return Failed(
+                reason, detail=f"Slack ok with warning {named}: message {ts} is not as sent"
+            )
         self._event("slack.post.done", attempt, logging.DEBUG)
         return Done(message_ref(channel, ts))
 
@@ -418,10 +538,11 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         self._event("slack.post.retry", attempt, logging.WARNING, **fields)
         return Retry(detail=f"{detail} (check OUTBOX_SLACK_BASE_URL)")
 
-    def _window_wait(self, elapsed: timedelta) -> timedelta:
-        """How long until a complete read of the history proves the post absent."""
+    def _window_wait(self, elapsed: timedelta) -> timedelta | None:
+        """How long until a complete read of the history proves the post absent: the adapter's
+        own wait for the Reread, or None (the window has passed) for the core's."""
         left = timedelta(seconds=self.settings.readback_window_seconds) - elapsed
-        return max(left, timedelta(seconds=1))
+        return left if left > timedelta(0) else None
 
     # -- after an unknown write: read only -------------------------------------------------------
 
@@ -442,6 +563,23 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         started_at = (
             content.started_at if cursor is not None and content.started_at else content.now
         )
+        try:
+            identity = await self._whoami(clients)
+        except errors.SlackApiError as exc:
+            return await self._unread(
+                attempt, body, _answer(exc), cursor, started_at, call="auth.test"
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            failed = _Answer(0, type(exc).__name__, None)
+            return await self._unread(attempt, body, failed, cursor, started_at, call="auth.test")
+        if identity is None:
+            self._event("slack.readback.unreadable", attempt, logging.WARNING, error="no identity")
+            return Uncertain(
+                SLACK_HISTORY_UNREADABLE,
+                detail="auth.test named no user_id or bot_id: the post cannot be told apart",
+            )
+        foreign = 0
+        method = "conversations.history" if content.thread_ts is None else "conversations.replies"
         for _page in range(self.settings.readback_pages_per_attempt):
             params: dict[str, Any] = {
                 "channel": content.channel,
@@ -459,17 +597,31 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                 else:
                     page = await clients.read.conversations_replies(ts=content.thread_ts, **params)
             except errors.SlackApiError as exc:
-                return await self._unread(attempt, body, _answer(exc), cursor, started_at)
+                answer = _answer(exc)
+                return await self._unread(attempt, body, answer, cursor, started_at, call=method)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failed = _Answer(0, type(exc).__name__, None)
-                return await self._unread(attempt, body, failed, cursor, started_at)
+                return await self._unread(attempt, body, failed, cursor, started_at, call=method)
             for message in page.get("messages") or []:
-                if self._is_ours(message, attempt.idempotency_key):
-                    self._event("slack.readback.found", attempt, logging.INFO)
-                    return Done(
-                        message_ref(content.channel, str(message["ts"])),
-                        detail="found in the history read back",
+                if not _names_key(message, attempt.idempotency_key):
+                    continue
+                if not identity.wrote(message):
+                    # Our metadata in another's message (a planted marker): never the post.
+                    foreign += 1
+                    action_event(
+                        "readback.foreign_marker",
+                        attempt.id,
+                        attempt.kind,
+                        level=logging.WARNING,
+                        author=_Identity.author(message),
+                        ref=str(message["ts"]),
                     )
+                    continue
+                self._event("slack.readback.found", attempt, logging.INFO)
+                return Done(
+                    message_ref(content.channel, str(message["ts"])),
+                    detail="found in the history read back" + _ignored(foreign),
+                )
             metadata = page.get("response_metadata") or {}
             next_cursor = metadata.get("next_cursor") if isinstance(metadata, dict) else None
             if not next_cursor:
@@ -480,37 +632,44 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
                     return Uncertain(
                         SLACK_HISTORY_UNREADABLE, detail="Slack has_more without a cursor"
                     )
-                return await self._absent(attempt, body, started_at, fenced_at)
+                return await self._absent(attempt, body, started_at, fenced_at, foreign)
             cursor = str(next_cursor)
         await self._save(attempt, body, cursor, started_at)
-        return Reread(
-            after=timedelta(seconds=self.settings.readback_page_wait_seconds),
-            detail="the history has more pages to read",
-        )
+        return Reread(detail=f"{method}: more pages to read, the cursor kept")
 
-    @staticmethod
-    def _is_ours(message: Any, key: str) -> bool:
-        if not isinstance(message, dict) or not message.get("ts"):
-            return False
-        metadata = message.get("metadata")
-        if not isinstance(metadata, dict) or metadata.get("event_type") != EVENT_TYPE:
-            return False
-        payload = metadata.get("event_payload")
-        return isinstance(payload, dict) and payload.get("idempotency_key") == key
+    async def _whoami(self, clients: _Clients) -> _Identity | None:
+        """Who the token posts as: asked of ``auth.test`` once, then kept (None: its answer
+        named neither a user nor a bot)."""
+        async with clients.identity_lock:
+            if self._identity is None:
+                answer = await clients.read.auth_test()
+                user_id, bot_id = _named(answer.get("user_id")), _named(answer.get("bot_id"))
+                if user_id is None and bot_id is None:
+                    return None
+                self._identity = _Identity(user_id, bot_id)
+        return self._identity
 
     async def _absent(
-        self, attempt: ActionAttempt, body: SlackPost, started_at: datetime, fenced_at: datetime
+        self,
+        attempt: ActionAttempt,
+        body: SlackPost,
+        started_at: datetime,
+        fenced_at: datetime,
+        foreign: int,
     ) -> AdapterResult:
         """The history was read completely and the post is not in it."""
         await self._save(attempt, body, None, None)
         waited = started_at - fenced_at
         if waited >= timedelta(seconds=self.settings.readback_window_seconds):
             self._event("slack.readback.absent", attempt, logging.WARNING)
-            return Cancelled(StopReason.ABSENT, detail="not in the history read back")
+            return Cancelled(
+                StopReason.ABSENT, detail="not in the history read back" + _ignored(foreign)
+            )
         # Slack may not show a new message at once: a post missing this soon may still appear.
         self._event("slack.readback.too_soon", attempt, logging.INFO)
         return Reread(
-            after=self._window_wait(waited), detail="not in the history yet: read again later"
+            after=self._window_wait(waited),
+            detail="not in the history yet: read again later" + _ignored(foreign),
         )
 
     async def _unread(
@@ -520,8 +679,12 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         answer: _Answer,
         cursor: str | None,
         started_at: datetime,
+        *,
+        call: str,
     ) -> AdapterResult:
-        """A history page did not come back."""
+        """A history page (or ``auth.test`` before it: ``call``) did not come back. A failure
+        for now rereads, bounded by time (the core's ``unreadable_for``), not by attempts: the
+        wait is Slack's ``Retry-After`` when it names one, else the core's growing wait."""
         fields = {"status": answer.status, "error": answer.error}
         transient = (
             answer.status == 429
@@ -531,22 +694,18 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
             or answer.error in MAYBE_WRITTEN
             or answer.error in NOT_TAKEN
         )
-        detail = f"history read: {answer.detail()}"
+        detail = f"{call}: {answer.detail()}"
         if not transient:
-            self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
-            return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
-        if attempt.is_last:
             self._event("slack.readback.unreadable", attempt, logging.WARNING, **fields)
             return Uncertain(SLACK_HISTORY_UNREADABLE, detail=detail)
         await self._save(attempt, body, cursor, started_at if cursor is not None else None)
         rate_limited = answer.status == 429 or answer.error in RATE_LIMITED
-        wait = (
-            answer.retry_after or self.settings.rate_limit_seconds
-            if rate_limited
-            else self.settings.readback_page_wait_seconds
-        )
-        self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
-        return Reread(after=timedelta(seconds=max(wait, 0.0)), detail=detail)
+        if rate_limited and answer.retry_after is not None:
+            wait = max(answer.retry_after, 0.0)
+            self._event("slack.readback.retry", attempt, logging.INFO, wait=wait, **fields)
+            return Reread(after=timedelta(seconds=wait), detail=f"{detail}: Retry-After {wait:g} s")
+        self._event("slack.readback.retry", attempt, logging.INFO, **fields)
+        return Reread(detail=f"{detail}: not read")
 
     async def _save(
         self,
@@ -586,3 +745,56 @@ def _answer(exc: Any) -> _Answer:
 def _slack_ts(moment: datetime) -> str:
     """A Slack timestamp (``1700000000.000100``) for a moment."""
     return f"{moment.timestamp():.6f}"
+
+
+def _length_check_steps(check: EnqueueCheck) -> Steps[None]:
+    """The enqueue check: the turn's stored entries (what the post would send) fit Slack's limit.
+    A turn not stored yet has nothing to measure (its entry point checks what it stores)."""
+    body = cast(SlackPost, check.body)
+    rows = yield Query(queries(check.schema)["post_content"], {"turn_id": body.turn_id})
+    if rows:
+        check_length(body.turn_id, _Content(*rows[0]).texts)
+
+
+def _warnings(response: Any) -> list[str]:
+    """The warnings of an ``ok: true`` answer that may concern the message: ``warning`` (one
+    code, or several separated by commas) and ``response_metadata.warnings``, without those
+    about the request's encoding (one that does not look like one of Slack's codes is named
+    ``unrecognised``, never kept as it came)."""
+    found: set[str] = set()
+    top = response.get("warning")
+    if isinstance(top, str):
+        found.update(part.strip() for part in top.split(","))
+    metadata = response.get("response_metadata")
+    listed = metadata.get("warnings") if isinstance(metadata, dict) else None
+    if isinstance(listed, list):
+        found.update(str(name).strip() for name in listed)
+    return sorted(
+        {
+            name if _SLACK_CODE.fullmatch(name) else "unrecognised"
+            for name in found - REQUEST_WARNINGS
+            if name
+        }
+    )
+
+
+def _names_key(message: Any, key: str) -> bool:
+    """Whether a history message carries a post's metadata naming ``key`` (whoever wrote it)."""
+    if not isinstance(message, dict) or not message.get("ts"):
+        return False
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != EVENT_TYPE:
+        return False
+    payload = metadata.get("event_payload")
+    return isinstance(payload, dict) and payload.get("idempotency_key") == key
+
+
+def _ignored(foreign: int) -> str:
+    """A read's detail's note of the planted markers it passed over."""
+    if not foreign:
+        return ""
+    return f" (ignored {foreign} by another author with this key)"
+
+
+def _named(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

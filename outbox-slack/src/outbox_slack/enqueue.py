@@ -21,6 +21,7 @@ from outbox_core.steps import Query, Steps, arun, atomic, run
 from .adapter import KIND, SlackPost, idempotency_key, lane_key
 from .domain import ENTRY_KINDS, Entry, queries
 from .errors import TurnAlreadyPosted
+from .message import check_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ def _check(
                 f"{entry.channel}/{entry.thread_ts}, the turn's first to "
                 f"{first.channel}/{first.thread_ts}",
             )
+    check_length(turn_id, [entry.text for entry in entries])
     key = idempotency_key(turn_id)
     payload = SlackPost(turn_id=turn_id, entry_ids=[entry.entry_id for entry in entries])
     request = ActionRequest(
@@ -134,9 +136,10 @@ def post_turn_steps(
     taken = yield Query(sql["taken_entries"], turn.entries)
     if taken:
         raise _taken(taken)
+    # The entries before the action: the kind's enqueue check reads what the post will send.
+    yield Query(sql["insert_entries"], turn.entries)
     enqueued = yield from outbox.enqueue_steps(turn.request)
     yield Query(sql["set_turn_action"], {"turn_id": turn_id, "action_id": enqueued.id})
-    yield Query(sql["insert_entries"], turn.entries)
     return enqueued
 
 
@@ -158,6 +161,8 @@ def post_turn(
     transactions post it at once: the second waits for the first). A turn whose post was
     removed raises :class:`~outbox_slack.TurnAlreadyPosted`. ``subject_account_id`` is the
     account the turn addresses, if any: erasing it deletes the turn, its entries and its post.
+    A turn that is not one message Slack keeps whole (over 40,000 characters, entries joined by
+    a blank line: :mod:`outbox_slack.message`) raises :class:`~outbox_core.InvalidRequest`.
     A refused turn writes nothing: the steps run in a savepoint of ``conn``'s transaction.
     """
     steps = post_turn_steps(

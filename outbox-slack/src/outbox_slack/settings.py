@@ -45,14 +45,16 @@ class SlackSettings(SectionSettings):
     rate_limit_seconds: float = Field(
         default=30.0,
         gt=0,
-        description="the wait after 'ratelimited' when Slack names no Retry-After",
+        description="the wait after a post's 'ratelimited' when Slack names no Retry-After "
+        "(a read-back rate-limited without it waits the core's growing wait)",
     )
     readback_window_seconds: float = Field(
         default=120.0,
         ge=0,
         description="after an unknown write, history read completely at least this long after "
         "the write fence, without the post, proves it absent (Slack may show a new message "
-        "late); a complete read sooner is repeated",
+        "late); a complete read sooner is repeated. Below the kind's unreadable_for (15 "
+        "minutes), after which a read-back gives up as uncertain",
     )
     readback_clock_skew_seconds: float = Field(
         default=120.0,
@@ -71,11 +73,6 @@ class SlackSettings(SectionSettings):
         ge=1,
         description="history pages one attempt reads; the cursor carries over to the next "
         "attempt (Reread) on the turn's row",
-    )
-    readback_page_wait_seconds: float = Field(
-        default=1.0,
-        ge=0,
-        description="the wait before the next attempt continues a history read",
     )
 
     @field_validator("base_url")

@@ -33,7 +33,7 @@ from ..errors import AdapterContractError
 from ..observability import BacklogSnapshot, database_label, event
 from ..outbox import Outbox
 from ..settings import OutboxSettings
-from ..startup import StoppedKind, acheck_sessions
+from ..startup import StoppedKind, acheck_sessions_waiting
 from .attempts import ATTEMPT_OPS, Attempts
 from .claims import Claims
 from .endings import Endings
@@ -110,7 +110,7 @@ class Executor:
         if not self._sessions_checked:
             # Once per executor, before anything listens or prepares: refused through a
             # transaction pooler (startup.py).
-            await acheck_sessions(rt.conninfo, database_label(rt.conninfo))
+            await acheck_sessions_waiting(rt.conninfo, database_label(rt.conninfo))
             self._sessions_checked = True
         await rt.open_pool()
         rt.plan_limits(lambda kind: rt.adapter(kind).max_concurrency)

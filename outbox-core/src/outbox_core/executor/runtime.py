@@ -19,7 +19,7 @@ from ..observability import Instruments, Tally, event
 from ..outbox import Outbox
 from ..registry import KindFilter, RegisteredKind
 from ..settings import OutboxSettings
-from ..startup import StoppedKind, build_adapters, refusal
+from ..startup import OPEN_WAIT_SECONDS, StoppedKind, build_adapters, refusal
 from .jsonb import use_fast_loads
 from .progress import Progress
 
@@ -138,7 +138,7 @@ class Runtime:
                 open=False,
                 name="outbox-executor",
             )
-            await self.pool.open(wait=True, timeout=30)
+            await self.pool.open(wait=True, timeout=OPEN_WAIT_SECONDS)
 
     async def close_pool(self) -> None:
         if self.pool is not None:

@@ -45,6 +45,11 @@ FIRST_LOOK = 0.002
 LEAVE_SECONDS = 2.0
 """How long a shutdown waits to delete the executor's row (the sweep removes it otherwise)."""
 
+REGISTER_RETRY_SECONDS = 1.0
+"""After a registration failed (the first statement after a failover may meet a connection of
+the pool that died with the old primary), how long the executor waits before it claims and
+registers again, instead of the poll: without its row, producers do not notify it."""
+
 
 class Waiting:
     def __init__(self, runtime: Runtime) -> None:
@@ -59,6 +64,8 @@ class Waiting:
         self._running = 0
         self._look = FIRST_LOOK
         self._waited_at = time.monotonic()
+        self._failed = False
+        """The last registration failed: the next comes after REGISTER_RETRY_SECONDS."""
 
     async def wait(self, poll: float) -> None:
         """Wait for a wake-up, at most ``poll`` seconds, registered first; return early for the
@@ -67,6 +74,8 @@ class Waiting:
         try:
             if await self._register():
                 return  # claim once: what committed before the row existed notified nobody
+            if self._failed:
+                poll = min(poll, REGISTER_RETRY_SECONDS)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + poll
             while (remaining := deadline - loop.time()) > 0:
@@ -115,10 +124,12 @@ class Waiting:
                 cursor = await conn.execute(queries["waiting_watch"])
                 row = await cursor.fetchone()
         except psycopg.Error as exc:
-            # Producers may then not notify: this executor finds their actions at its poll.
+            # Producers may then not notify: this executor claims and tries again soon.
             event("executor.waiting.failed", level=logging.WARNING, error=str(exc))
+            self._failed = True
             return False
         assert row is not None
+        self._failed = False
         self.registered, self._watch = pid, (str(row[0]), int(row[1]))
         self._running, self._look = -1, FIRST_LOOK
         return True

@@ -19,6 +19,7 @@ as ``post_turn`` would)::
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from outbox_core import ActionRequest
@@ -41,7 +42,9 @@ class SlackProvider:
       says it did not carry the post out: the adapter retries);
     - ``drop``: the post is recorded, then the connection closed before the answer;
     - ``stall``: the post is recorded, then the answer never comes (the adapter's
-      ``request_timeout_seconds`` must end the call)."""
+      ``request_timeout_seconds`` must end the call);
+    - ``unreadable``: until :meth:`clear_faults`, every read-back call (``auth.test``,
+      ``conversations.history``, ``conversations.replies``) answers HTTP 503 (an outage)."""
 
     def __init__(self, server: SlackTestServer) -> None:
         self.server = server
@@ -60,6 +63,8 @@ class SlackProvider:
                 self.server.drop_after_recording("chat.postMessage")
             case "stall":
                 self.server.stall("chat.postMessage", after_recording=True)
+            case "unreadable":
+                self.server.outage(math.inf)
 
     def clear_faults(self) -> None:
         self.server.clear_faults()

@@ -2,7 +2,9 @@
 messages and fails on demand like Slack: ``ok: false`` errors, HTTP 429 with ``Retry-After``,
 5xx, a connection dropped before or after a post was recorded, a stall, history refused or
 broken off, a new post hidden from history for a while, and Slack's one-request-a-minute limit
-on history for apps outside its Marketplace.
+on history for apps outside its Marketplace. It cuts a post's text over 40,000 characters and
+answers ``ok: true`` with the warning ``message_truncated``, as Slack does, and holds messages
+that other apps and people posted with this package's metadata (a planted marker).
 
 It speaks what ``SLACK_POST`` uses, with Slack's request and response shapes: ``auth.test``,
 ``chat.postMessage``, ``conversations.history`` and ``conversations.replies`` (``cursor``,
@@ -29,6 +31,7 @@ from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
+from ..adapter import EVENT_TYPE
 from ..settings import SlackSettings
 
 TOKEN = "xoxb-outbox-test-token"
@@ -36,10 +39,22 @@ TEAM_ID = "T0TEST"
 BOT_USER = "U0BOT"
 BOT_ID = "B0BOT"
 APP_ID = "A0OUTBOX"
+PERSON = "U0PERSON"
+"""The user of the messages a test adds as someone's (:meth:`SlackTestServer.add_message`)."""
+OTHER_USER = "U0OTHER"
+OTHER_BOT = "B0OTHER"
+OTHER_APP = "A0OTHER"
+"""Another app's bot user, bot and app (the default author of a planted marker)."""
+TEXT_LIMIT = 40_000
+"""The characters of a post's text that Slack keeps (it cuts the rest, with a warning)."""
 STALL_SECONDS = 3600.0
 METHODS = ("auth.test", "chat.postMessage", "conversations.history", "conversations.replies")
+READS = ("auth.test", "conversations.history", "conversations.replies")
+"""What a read-back calls: what an outage (:meth:`SlackTestServer.outage`) makes unreadable."""
 
-FaultAction = Literal["error", "status", "drop_before", "drop_after", "stall", "break_cursor"]
+FaultAction = Literal[
+    "error", "status", "drop_before", "drop_after", "stall", "break_cursor", "warn"
+]
 T = TypeVar("T")
 
 
@@ -52,7 +67,11 @@ class Message:
     text: str
     thread_ts: str | None = None
     metadata: dict[str, Any] | None = None
-    bot: bool = True
+    user: str | None = BOT_USER
+    """The author's user id (a bot's user, or a person)."""
+    bot_id: str | None = BOT_ID
+    """The author's bot id; None for a person's message."""
+    app_id: str | None = APP_ID
     hidden_reads: int = 0
     """History reads of its channel that do not show it yet (eventual visibility)."""
     hidden_until: float = 0.0
@@ -68,10 +87,9 @@ class Message:
 
     def as_slack(self, *, with_metadata: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text}
-        if self.bot:
-            out.update({"user": BOT_USER, "bot_id": BOT_ID, "app_id": APP_ID, "team": TEAM_ID})
-        else:
-            out.update({"user": "U0PERSON", "team": TEAM_ID})
+        authors = {"user": self.user, "bot_id": self.bot_id, "app_id": self.app_id}
+        out.update({name: value for name, value in authors.items() if value is not None})
+        out["team"] = TEAM_ID
         if self.thread_ts is not None:
             out["thread_ts"] = self.thread_ts
         if with_metadata and self.metadata is not None:
@@ -99,6 +117,15 @@ class _Fault:
     seconds: float = STALL_SECONDS
 
 
+@dataclass
+class _Outage:
+    until: float
+    status: int
+    error: str | None
+    methods: frozenset[str]
+    answered: int = 0
+
+
 class SlackTestServer:
     """A stateful Slack Web API on ``127.0.0.1``; use as a context manager (or start/stop).
 
@@ -107,8 +134,15 @@ class SlackTestServer:
     recorded (also those whose answer it then dropped); :meth:`posts_for` those of one action.
     """
 
-    def __init__(self, *, token: str = TOKEN) -> None:
+    def __init__(
+        self, *, token: str = TOKEN, user_id: str = BOT_USER, bot_id: str = BOT_ID
+    ) -> None:
         self.token = token
+        self.user_id = user_id
+        """The bot user the token posts as (``auth.test``'s ``user_id``, each post's ``user``)."""
+        self.bot_id = bot_id
+        """The bot the token posts as (``auth.test``'s ``bot_id``, each post's ``bot_id``)."""
+        self.text_limit = TEXT_LIMIT
         self.channels: dict[str, Channel] = {}
         self.posts: list[Message] = []
         self.requests: Counter[str] = Counter()
@@ -118,6 +152,7 @@ class SlackTestServer:
         self._hide_reads = 0
         self._hide_seconds = 0.0
         self._history_limit: tuple[float, int] | None = None
+        self._outage: _Outage | None = None
         self._history_calls: dict[str, list[float]] = {}
         self._clock = 0
         self._lock = threading.Lock()
@@ -223,13 +258,46 @@ class SlackTestServer:
         *,
         thread_ts: str | None = None,
         metadata: dict[str, Any] | None = None,
-        bot: bool = False,
+        user: str | None = PERSON,
+        bot_id: str | None = None,
+        app_id: str | None = None,
     ) -> Message:
-        """A message someone else posted (a thread's parent, the channel's other traffic)."""
+        """A message someone else posted (a thread's parent, the channel's other traffic): a
+        person's (``user``), or another app's (``bot_id``, ``app_id``)."""
         with self._lock:
-            message = Message(channel_id, self._next_ts(), text, thread_ts, metadata, bot)
+            message = Message(
+                channel_id, self._next_ts(), text, thread_ts, metadata, user, bot_id, app_id
+            )
             self.channels[channel_id].messages.append(message)
             return message
+
+    def plant_marker(
+        self,
+        channel_id: str,
+        idempotency_key: str,
+        *,
+        thread_ts: str | None = None,
+        user: str | None = OTHER_USER,
+        bot_id: str | None = OTHER_BOT,
+        app_id: str | None = OTHER_APP,
+    ) -> Message:
+        """A message that carries a ``SLACK_POST``'s metadata (its ``idempotency_key``) but was
+        posted by another identity: another app's bot by default, a person with
+        ``bot_id=None, app_id=None``. The key is predictable (``slack_post:<turn_id>``), so
+        anyone who can post to the channel can plant one ahead of the real post."""
+        metadata = {
+            "event_type": EVENT_TYPE,
+            "event_payload": {"idempotency_key": idempotency_key},
+        }
+        return self.add_message(
+            channel_id,
+            "planted",
+            thread_ts=thread_ts,
+            metadata=metadata,
+            user=user,
+            bot_id=bot_id,
+            app_id=app_id,
+        )
 
     def posts_for(self, idempotency_key: str) -> list[Message]:
         """The recorded posts whose metadata names ``idempotency_key`` (one action's writes)."""
@@ -285,6 +353,12 @@ class SlackTestServer:
         recorded = "recorded" if after_recording else None
         self._add(_Fault(method, "stall", times, error=recorded, seconds=seconds))
 
+    def warn(self, warning: str, *, times: int | None = 1) -> None:
+        """Record the post and answer ``ok: true`` with ``warning`` (at the top, comma-separated
+        when there are several, and in ``response_metadata.warnings``), as Slack does for a call
+        it carried out with a problem."""
+        self._add(_Fault("chat.postMessage", "warn", times, error=warning))
+
     def break_cursor(self, method: str = "conversations.history", *, times: int = 1) -> None:
         """Answer a history page with ``has_more: true`` and no ``next_cursor``."""
         self._add(_Fault(method, "break_cursor", times))
@@ -302,6 +376,31 @@ class SlackTestServer:
                 for message in channel.messages:
                     message.hidden_reads, message.hidden_until = 0, 0.0
 
+    def outage(
+        self,
+        seconds: float,
+        *,
+        status: int = 503,
+        error: str | None = None,
+        methods: tuple[str, ...] = READS,
+    ) -> None:
+        """Make the reads unreadable for ``seconds`` from now (on this process's monotonic
+        clock): each request of ``methods`` answers HTTP ``status`` with an HTML body, as a
+        proxy in front of a Slack that is down does, or, with ``error``, ``{"ok": false,
+        "error": error}`` (``internal_error``). Posts still work. ``outage(0)`` or
+        :meth:`clear_faults` ends it; :attr:`outage_answers` counts the requests it refused."""
+        unknown = sorted(set(methods) - set(METHODS))
+        if unknown:
+            raise ValueError(f"{unknown}: the server speaks {', '.join(METHODS)}")
+        with self._lock:
+            self._outage = _Outage(time.monotonic() + seconds, status, error, frozenset(methods))
+
+    @property
+    def outage_answers(self) -> int:
+        """The requests the current (or last) outage refused."""
+        with self._lock:
+            return 0 if self._outage is None else self._outage.answered
+
     def limit_history(self, *, per_minute: int = 1, page_max: int = 15) -> None:
         """Slack's limits for apps outside its Marketplace (May 2025): ``per_minute`` requests
         of conversations.history and of conversations.replies, then 429 with the wait left as
@@ -309,9 +408,20 @@ class SlackTestServer:
         with self._lock:
             self._history_limit = (float(per_minute), page_max)
 
+    def truncate_text(self, *, at: int = TEXT_LIMIT) -> None:
+        """Keep ``at`` characters of a post's text and cut the rest, answering ``ok: true`` with
+        the warning ``message_truncated`` (Slack: 40,000, the default; lower it for a Slack
+        that cuts sooner than it documents)."""
+        with self._lock:
+            self.text_limit = at
+
     def clear_faults(self) -> None:
+        """Forget every fault set with ``times`` (``fail``, ``server_error``, ``drop_*``,
+        ``stall``, ``warn``, ``break_cursor``) and end an outage."""
         with self._lock:
             self._faults.clear()
+            if self._outage is not None:
+                self._outage.until = 0.0
 
     def _add(self, fault: _Fault) -> None:
         if fault.method not in METHODS:
@@ -355,16 +465,15 @@ class SlackTestServer:
                         headers["Retry-After"] = f"{fault.retry_after:g}"
                     return _fail(str(fault.error), status=fault.status, headers=headers)
                 case "status":
-                    return web.Response(
-                        status=fault.status,
-                        text="<html><body>upstream unavailable</body></html>",
-                        content_type="text/html",
-                    )
+                    return _unavailable(fault.status)
                 case "drop_before":
                     return await self._drop(request)
                 case "stall" if fault.error != "recorded":
                     await self._stall(fault.seconds)
                     return _fail("request_timeout")
+        down = self._down(method)
+        if down is not None:
+            return down
         limited = self._limited(method)
         if limited is not None:
             return limited
@@ -376,12 +485,13 @@ class SlackTestServer:
                         "team": "outbox test",
                         "user": "outbox",
                         "team_id": TEAM_ID,
-                        "user_id": BOT_USER,
-                        "bot_id": BOT_ID,
+                        "user_id": self.user_id,
+                        "bot_id": self.bot_id,
                     }
                 )
             case "chat.postMessage":
-                answer = self._post(args)
+                warning = fault.error if fault is not None and fault.action == "warn" else None
+                answer = self._post(args, warning=warning)
                 if fault is not None and fault.action == "drop_after" and answer.status == 200:
                     return await self._drop(request)
                 if fault is not None and fault.action == "stall":
@@ -402,6 +512,14 @@ class SlackTestServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._release.wait(), seconds)
 
+    def _down(self, method: str) -> web.Response | None:
+        with self._lock:
+            outage = self._outage
+            if outage is None or method not in outage.methods or time.monotonic() >= outage.until:
+                return None
+            outage.answered += 1
+        return _fail(outage.error) if outage.error is not None else _unavailable(outage.status)
+
     def _limited(self, method: str) -> web.Response | None:
         if method not in ("conversations.history", "conversations.replies"):
             return None
@@ -419,7 +537,7 @@ class SlackTestServer:
             self._history_calls[method] = calls
         return None
 
-    def _post(self, args: dict[str, Any]) -> web.Response:
+    def _post(self, args: dict[str, Any], *, warning: str | None = None) -> web.Response:
         channel_id = str(args.get("channel") or "")
         text = args.get("text")
         metadata = args.get("metadata")
@@ -444,27 +562,43 @@ class SlackTestServer:
                 return _fail("is_archived")
             if not text and not args.get("blocks"):
                 return _fail("no_text")
-            if isinstance(text, str) and len(text) > 40000:
-                return _fail("msg_too_long")
+            kept = str(text or "")
+            truncated = len(kept) > self.text_limit
+            if truncated:
+                kept = kept[: self.text_limit]
             thread_ts = args.get("thread_ts") or None
             message = Message(
                 channel.id,
                 self._next_ts(),
-                str(text or ""),
+                kept,
                 str(thread_ts) if thread_ts else None,
                 metadata,
+                user=self.user_id,
+                bot_id=self.bot_id,
                 hidden_reads=self._hide_reads,
                 hidden_until=time.monotonic() + self._hide_seconds if self._hide_seconds else 0.0,
             )
             channel.messages.append(message)
             self.posts.append(message)
-        return _ok(
-            {
-                "channel": channel.id,
-                "ts": message.ts,
-                "message": message.as_slack(with_metadata=True),
-            }
-        )
+        answer: dict[str, Any] = {
+            "channel": channel.id,
+            "ts": message.ts,
+            "message": message.as_slack(with_metadata=True),
+        }
+        warnings = warning.split(",") if warning else []
+        messages = []
+        if truncated:
+            # Slack's answer (changelog "Truncating really long messages"): ok, the cut message,
+            # and the warning at the top and in response_metadata.
+            warnings.append("message_truncated")
+            messages.append(
+                "[WARN] Your message was truncated but still posted. The `text` field accepts "
+                f"up to {self.text_limit:,} characters."
+            )
+        if warnings:
+            answer["warning"] = ",".join(warnings)
+            answer["response_metadata"] = {"warnings": warnings, "messages": messages}
+        return _ok(answer)
 
     def _find(self, channel_id: str) -> Channel | None:
         if channel_id in self.channels:
@@ -572,3 +706,12 @@ def _ok(body: dict[str, Any]) -> web.Response:
 
 def _fail(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+
+
+def _unavailable(status: int) -> web.Response:
+    """An HTTP error with an HTML body, as a proxy in front of Slack answers."""
+    return web.Response(
+        status=status,
+        text="<html><body>upstream unavailable</body></html>",
+        content_type="text/html",
+    )
