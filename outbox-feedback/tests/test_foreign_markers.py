@@ -59,7 +59,9 @@ def test_a_planted_copy_marker_is_never_taken_for_the_copy_and_a_retract_leaves_
     [row] = [c for c in feedback(feedback_db).copies if c.item_id == item]
     assert (row.state, row.provider_id) == ("present", mine)
     events = [r for r in caplog.records if getattr(r, "event", None) == "readback.foreign_marker"]
-    assert [getattr(r, "action.authors") for r in events] == [OTHER_LOGIN]
+    assert [(getattr(r, "action.author"), getattr(r, "action.ref")) for r in events] == [
+        (OTHER_LOGIN, str(planted))
+    ]
 
     with feedback_db.connect() as conn:  # an edit of every copy, then a retract
         decide(conn, "fb-1", outbox=feedback_db.outbox, summary="One nit.")

@@ -58,7 +58,8 @@ async def test_every_find_by_marker_takes_only_the_tokens_own_entries_and_names_
     assert found_issue.item is not None and found_issue.item.number == issue.number
     assert [c.id for c in own.item or []] == [ours.id]
     for found in (comment, comments, reviews, found_issue, own):
-        assert found.foreign == (OTHER_LOGIN,)
+        assert [author for author, _ in found.foreign] == [OTHER_LOGIN]
+    assert comment.foreign == ((OTHER_LOGIN, str(planted_comment)),)
     assert planted_comment in tracker_server.comments and planted_review in tracker_server.comments
 
 
@@ -114,8 +115,11 @@ def test_a_planted_issue_with_our_marker_is_not_taken_for_the_lost_write_and_is_
     assert filing(issues_db).issue_number == ours.number != planted.number
     assert tracker_server.writes_for(KEY) == 1
     [event] = foreign_events(caplog)
-    assert (getattr(event, "action.where"), getattr(event, "action.count")) == ("issues", 1)
-    assert getattr(event, "action.authors") == OTHER_LOGIN
+    assert (getattr(event, "action.author"), getattr(event, "action.ref")) == (
+        OTHER_LOGIN,
+        f"#{planted.number}",
+    )
+    assert getattr(event, "action.where") == "issues"
 
 
 async def test_a_cleanup_scrubs_our_issue_and_deletes_our_quotes_never_a_planted_one(

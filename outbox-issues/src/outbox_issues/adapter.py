@@ -468,14 +468,14 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         """Count what a read-back by marker ignored because someone other than the token's
         identity wrote it (``readback.foreign_marker``): a marker is predictable, and anyone
         who can comment can plant one, so only the token's own writes are taken for ours."""
-        if found.foreign:
+        for author, ref in found.foreign:
             self.event(
                 "readback.foreign_marker",
                 attempt,
                 logging.WARNING,
+                author=author,
+                ref=ref,
                 where=where,
-                count=len(found.foreign),
-                authors=",".join(sorted(set(found.foreign)))[:200],
             )
 
     async def locate(

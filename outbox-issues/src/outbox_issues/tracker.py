@@ -126,13 +126,14 @@ class IssueNode(_Model):
 class Found(Generic[T]):
     """What a marker search found (``item`` None: not there), and whether the listing was
     complete: every page was read. Absence proves nothing when it was not. ``foreign`` holds
-    the author of each listed entry that carried a wanted marker but was not written by the
-    token's identity: ignored, never taken for ours."""
+    (author, ref) of each listed entry that carried a wanted marker but was not written by
+    the token's identity (ref: ``#<number>`` of an issue, the id of a comment): ignored,
+    never taken for ours."""
 
     item: T | None
     complete: bool
     pages: int
-    foreign: tuple[str, ...] = ()
+    foreign: tuple[tuple[str, str], ...] = ()
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -538,7 +539,7 @@ class GitHubTracker:
         page where every marker was found, unless ``every`` entry is wanted."""
         mine = await self.identity()
         found: dict[str, list[M]] = {}
-        foreign: list[str] = []
+        foreign: list[tuple[str, str]] = []
         pages = 0
         async for page, last in self._walk(url, params, max_pages):
             pages += 1
@@ -550,7 +551,9 @@ class GitHubTracker:
                     continue
                 author = getattr(getattr(item, "user", None), "login", None) or ""
                 if not same_login(author, mine):
-                    foreign.append(author or "(unknown)")
+                    number = getattr(item, "number", None)
+                    ref = f"#{number}" if number is not None else str(getattr(item, "id", ""))
+                    foreign.append((author or "(unknown)", ref))
                     continue
                 for marker in held:
                     found.setdefault(marker, []).append(item)
