@@ -77,6 +77,7 @@ def _guard(function: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__name__ = function.__name__
     wrapper.__doc__ = function.__doc__
+    wrapper.__module__ = function.__module__
     # The options and arguments that click's decorators attached below it stay with it.
     wrapper.__dict__.update(function.__dict__)
     return wrapper
