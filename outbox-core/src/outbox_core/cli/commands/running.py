@@ -39,6 +39,12 @@ from ..guard import EXIT_USAGE, fail
     "without it that kind is stopped and the others run",
 )
 @click.option(
+    "--once",
+    is_flag=True,
+    help="run what is due now, then exit (0: nothing it serves is due any more); makes nothing "
+    "due that is not",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="INFO",
@@ -59,10 +65,18 @@ def run(
     metrics_port: int | None,
     data_dir: Path | None,
     strict: bool,
+    once: bool,
     log_level: str,
     log_format: str,
 ) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
+
+    With --once it runs what is due now and exits, printing one line of what it did: the
+    expiry and retention sweeps once, then claims until nothing is due (the actions that their
+    lanes' endings make due included). It makes nothing due: an action whose not_before, backoff
+    or deferral is ahead waits for a later run. Exit 0: nothing it serves is due any more
+    (whatever the actions ended as: see outbox status); 1: it could not run (the database);
+    2: a wrong option or setting, or a kind stopped (its due actions are still due).
 
     A kind whose adapter cannot be built with the settings (its plugin's settings are invalid)
     is stopped, logged as executor.kind.stopped, and its actions stay queued; the other kinds
@@ -119,8 +133,32 @@ def run(
                 "application's modules in OUTBOX_APP_PLUGINS",
             )
         executor = Executor(outbox, url, settings=settings, kinds=chosen)
+        if once:
+            counts = asyncio.run(_run_due(executor))
+            click.echo(
+                f"ran what was due: claimed {counts.pop('claimed')}, "
+                + ", ".join(f"{name} {count}" for name, count in counts.items())
+                + "; nothing it serves was due at its last look"
+            )
+            if executor.stopped:
+                fail(
+                    f"{len(executor.stopped)} kind(s) cannot run with these settings, and their "
+                    "due actions are still due: "
+                    + ", ".join(kind.kind for kind in executor.stopped)
+                    + " (executor.kind.stopped above names the setting to fix)",
+                    EXIT_USAGE,
+                )
+            return
         tune_collector()  # this process runs the executor and nothing else
         asyncio.run(_run_executor(executor))
+
+
+async def _run_due(executor: Any) -> dict[str, int]:
+    try:
+        counts: dict[str, int] = await executor.run_due()
+        return counts
+    finally:
+        await executor.close()
 
 
 async def _run_executor(executor: Any) -> None:
