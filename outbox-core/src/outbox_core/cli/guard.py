@@ -12,6 +12,7 @@ import click
 import psycopg
 
 from ..errors import ConfigurationError, OutboxError
+from ..migrations import MISSING_OBJECT as MISSING_OBJECT
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -20,18 +21,6 @@ EXIT_FAILURE = 1
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     click.echo(f"outbox: error: {message}", err=True)
     sys.exit(code)
-
-
-# What PostgreSQL answers when a schema, table, column, function or type that a migration
-# creates is not there: the database was never migrated (or not with this schema name), or not
-# since this build was installed.
-MISSING_OBJECT = (
-    psycopg.errors.InvalidSchemaName,
-    psycopg.errors.UndefinedTable,
-    psycopg.errors.UndefinedColumn,
-    psycopg.errors.UndefinedFunction,
-    psycopg.errors.UndefinedObject,
-)
 
 
 def _missing_object(exc: BaseException) -> psycopg.Error | None:

@@ -14,7 +14,7 @@ import psycopg
 import psycopg.sql
 
 from ...observability import LOG_FORMATS, LOG_LEVELS, configure_logging
-from ..database import connected, database
+from ..database import check_migrated, connected, database
 from ..group import State, command
 from ..guard import EXIT_USAGE, fail
 
@@ -179,7 +179,9 @@ def dashboard(state: State, host: str, port: int) -> None:
     """Serve the operators' dashboard (extra outbox-core[dashboard]): the backlog, blocked
     lanes, UNCERTAIN actions, failures, throughput, the installed kinds; cancel and run-now.
     Bound to 127.0.0.1 by default; bound elsewhere it needs OUTBOX_DASHBOARD_TOKEN, which every
-    request must then carry (open it once with ?token=...)."""
+    request must then carry (open it once with ?token=...). It refuses to start when the
+    database cannot be reached or is not migrated; if the database goes away while it runs, the
+    page says so in a banner and comes back when the database does."""
     import ipaddress
 
     token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
@@ -205,6 +207,10 @@ def dashboard(state: State, host: str, port: int) -> None:
             f"the dashboard needs its extra ({exc.name} is missing): "
             "pip install 'outbox-core[dashboard]'"
         )
+    # As every other command: an unreachable or unmigrated database is one line, before the
+    # dashboard listens (the page says so in a banner if the database goes away later).
+    with connected(url, autocommit=True) as conn:
+        check_migrated(conn, state.settings.schema_name)
     app = create_app(state.outbox(), url, token=token)
     guarded = " (token required)" if token else ""
     click.echo(f"outbox dashboard on http://{host}:{port}/{guarded}")
