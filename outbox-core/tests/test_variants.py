@@ -52,6 +52,31 @@ def test_tagged_derives_one_alternative_per_tag() -> None:
     assert '($."notice" == "welcome" && ($."event"."shade" == "light"' in path
 
 
+def test_a_tag_naming_no_registered_variant_names_it_the_registered_ones_and_the_usual_cause() -> (
+    None
+):
+    variants = ActionVariants.tagged("notice", "event", {"welcome": Inner, "bye": Paint})
+    with pytest.raises(InvalidRequest) as refused:
+        variants.decode({"notice": "email_changed", "event": {}}, "k", kind="EMAIL")
+    assert refused.value.field == "payload.notice"
+    assert str(refused.value).startswith(
+        "payload.notice: no notice 'email_changed' is registered for EMAIL; registered ones are "
+        "bye, welcome; is OUTBOX_APP_PLUGINS set in this process?"
+    )
+    with pytest.raises(InvalidRequest, match="the payload names no notice"):
+        variants.decode({"event": {}}, "k", kind="EMAIL")
+
+
+def test_a_placeholder_variant_is_never_offered_as_registered() -> None:
+    variants = ActionVariants.tagged("notice", "event", {"none:yet": Inner}, placeholder="none:yet")
+    with pytest.raises(InvalidRequest) as refused:
+        variants.decode({"notice": "welcome", "event": {}}, "k", kind="EMAIL")
+    assert "registered ones are none;" in str(refused.value)
+    assert "none:yet" not in str(refused.value)
+    with pytest.raises(ValueError, match="the placeholder is one of the declared tag values"):
+        ActionVariants.tagged("notice", "event", {"a": Inner}, placeholder="b")
+
+
 def test_key_suffix_derives_a_pattern_for_the_last_segment() -> None:
     variants = ActionVariants.key_suffix(["send", "edit.v2"], Inner)
     assert variants.key_pattern() == r"(^|:)(edit\.v2|send)$"

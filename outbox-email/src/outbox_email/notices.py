@@ -312,8 +312,10 @@ class NoticeRegistry:
             known = ", ".join(sorted(self._entries)) or "none"
             raise UnknownNotice(
                 "payload.notice",
-                f"no installed plugin registers the email notice {name!r}; registered notices: "
-                f"{known}. Register it with the outbox_register_email_notices hook",
+                f"no notice {name!r} is registered; registered ones are {known}; is "
+                "OUTBOX_APP_PLUGINS set in this process? (a notice is registered by the "
+                "outbox_register_email_notices hook of an installed plugin or of a module "
+                "named there)",
             )
         return entry.notice
 

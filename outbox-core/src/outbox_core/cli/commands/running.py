@@ -58,6 +58,14 @@ from ..guard import EXIT_USAGE, fail
     show_default=True,
     help="text: time, level, event and fields; json: one object a line with the fields",
 )
+@click.option(
+    "--library-log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    help="the lowest level logged from the libraries (httpx's line per request, psycopg.pool's "
+    "per connection: INFO shows them)",
+)
 def run(
     state: State,
     concurrency: int | None,
@@ -68,6 +76,7 @@ def run(
     once: bool,
     log_level: str,
     log_format: str,
+    library_log_level: str,
 ) -> None:
     """Run the executor until SIGTERM or Ctrl-C: claim due lane heads, run their attempts.
 
@@ -89,11 +98,15 @@ def run(
     kinds and their plugins, the database's host and schema and the concurrency, while busy
     executor.progress once a minute (OUTBOX_PROGRESS_SECONDS) with the actions claimed and
     ended by state and the attempts running, the events of docs/log-records.md, and
-    executor.stopped. Run inside a process whose logging is
+    executor.stopped. The libraries' own records (httpx, psycopg.pool, ...) are logged from
+    WARNING on (--library-log-level). Run inside a process whose logging is
     already configured (a handler on the root logger), it leaves that logging alone.
     """
-    configure_logging(log_level.upper(), log_format)
+    configure_logging(log_level.upper(), log_format, library_log_level.upper())
     settings = state.settings
+    from ...plugins import load_plugins
+
+    load_plugins()  # a plugin that fails, or an allowlist typo, before waiting for the database
     if concurrency is not None:
         settings = settings.model_copy(update={"concurrency": concurrency})
     if strict:
