@@ -414,7 +414,10 @@ class OutboxSettings(SectionSettings):
         except ProgrammingError as exc:
             # libpq's message names the bad part, and for a URI quotes it whole: with the
             # password. It is said without the URL.
-            raise ValueError(f"malformed ({hide_url(str(exc).strip(), text)})") from None
+            raise ValueError(
+                f"malformed ({hide_url(str(exc).strip(), text)}); expected a URL such as "
+                "postgresql://user:password@host:5432/dbname"
+            ) from None
         return SecretStr(text)
 
     @model_validator(mode="after")

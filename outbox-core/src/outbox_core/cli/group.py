@@ -38,6 +38,15 @@ Configuration (environment, or the [outbox] table of the TOML file in OUTBOX_CON
 """
 
 
+class _ActionId(click.IntRange):
+    """An action's id: a whole number from 1 (``'abc' is not a valid integer: an action id is a
+    whole number from 1``, not click's "is not a valid integer range")."""
+
+    name = "integer: an action id is a whole number from 1"
+
+
+ACTION_ID = _ActionId(min=1)
+
 # The group's options that set a core setting, by the setting's field.
 OPTIONS = {"database_url": "--database-url", "schema_name": "--schema"}
 

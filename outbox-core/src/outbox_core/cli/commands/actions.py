@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..database import aconnected, connected
-from ..group import State, command
+from ..group import ACTION_ID, State, command
 from ..guard import EXIT_USAGE, fail
 
 
@@ -46,7 +46,7 @@ def status(state: State, as_json: bool, lanes: int) -> None:
 
 
 @command()
-@click.argument("action_id", type=click.IntRange(min=1))
+@click.argument("action_id", type=ACTION_ID)
 @click.option("--payload", is_flag=True, help="include the payload (it may hold personal data)")
 def show(state: State, action_id: int, payload: bool) -> None:
     """Print one action as JSON."""
@@ -58,7 +58,7 @@ def show(state: State, action_id: int, payload: bool) -> None:
 
 
 @command()
-@click.argument("action_id", type=click.IntRange(min=1))
+@click.argument("action_id", type=ACTION_ID)
 def cancel(state: State, action_id: int) -> None:
     """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
     url = state.require_url()
@@ -74,7 +74,7 @@ def cancel(state: State, action_id: int) -> None:
 
 
 @command("run-now")
-@click.argument("action_id", type=click.IntRange(min=1))
+@click.argument("action_id", type=ACTION_ID)
 def run_now(state: State, action_id: int) -> None:
     """Carry out an admitted lane head at once (claimed and fenced as any claim), then print
     how it stands. Refused for an action that is not a claimable head."""
