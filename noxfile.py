@@ -2,9 +2,10 @@
 package), `tests` (each package's tests with only outbox-core, that package and the outbox-*
 packages it depends on installed) and `e2e` (the cross-package suites under tests/: rolling
 updates, the quickstart, the plugin guide, the docs' shell blocks, the benchmarks' smoke run,
-the ORM integrations, the dashboard, and the CI-sized chaos run, its SIGSTOP cases and its
-checker's tests). Not in the default run: `nox -s chaos`, the full-sized chaos run of
-docs/reliability.md, and `nox -s bench`, the benchmarks of docs/benchmarks.md."""
+the ORM integrations, the dashboard, PgBouncer (tests/pooler), executors on network namespaces
+(tests/hosts), and the CI-sized chaos run, its SIGSTOP cases and its checker's tests). Not in
+the default run: `nox -s chaos`, the full-sized chaos run of docs/reliability.md, and
+`nox -s bench`, the benchmarks of docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def tests(session: nox.Session, package: str) -> None:
 def e2e(session: nox.Session) -> None:
     """The cross-package suites with every package: rolling updates, the quickstart, the plugin
     guide, the docs' shell blocks, the benchmarks' smoke run, the ORM integrations, the
-    dashboard, the CI-sized chaos run and the SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips
+    dashboard, PgBouncer's pool modes, executors on network namespaces (a partition, added
+    latency), the CI-sized chaos run and the SIGSTOP cases (tests/chaos; CHAOS_SKIP=1 skips
     those two, not the checker's tests)."""
     _local(session, *PACKAGES, core_extras=CORE_E2E_EXTRAS)
     session.install("-r", "tests/requirements.txt")

@@ -1,13 +1,24 @@
 """Capacity: the proxy's own refusal defers the draft (no attempt spent, the filing
-DRAFT_WAITING and back), calls in flight per executor are the core's per-kind limit, and the
-optional cross-replica limit is kept in PostgreSQL."""
+DRAFT_WAITING and back), in every wording of the one capacity table, which the README restates;
+calls in flight per executor are the core's per-kind limit, and the optional cross-replica limit
+is kept in PostgreSQL."""
 
 from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import get_args
+
+import pytest
 
 from outbox_core import ActionState, StopReason
 from outbox_core.testing import OutboxTestDatabase
 from outbox_draft import DraftReportAdapter
-from outbox_draft.testing import ModelTestServer, serve_draft
+from outbox_draft.capacity import CAPACITY, CapacityWording
+from outbox_draft.gateway import ProxyBusy, classify
+from outbox_draft.testing import CANNED, MODEL, ModelTestServer, serve_draft
+from outbox_draft.testing.server import CapacityName, capacity_body
 from outbox_issues.testing import PUBLIC, GitHubTestServer
 
 from .conftest import (
@@ -22,6 +33,75 @@ from .conftest import (
 )
 
 CLAIMED, WAITING = "DRAFT_CLAIMED", "DRAFT_WAITING"
+README = Path(__file__).parents[1] / "README.md"
+
+
+def test_litellms_parallel_limit_defers_so_five_reports_at_once_all_get_their_draft(
+    filing_db: OutboxTestDatabase, model_server: ModelTestServer, tracker_server: GitHubTestServer
+) -> None:
+    # Five drafts in flight at once against a deployment of max_parallel_requests 2: the two
+    # first are held at the server until the other three were refused with LiteLLM's 429.
+    serve_draft(filing_db, model_server, max_concurrency=5)
+    model_server.parallel_limit(2)
+    model_server.hold_answers()
+
+    def release_once_three_were_refused() -> None:
+        model_server.wait_until(lambda server: server.parallel_refused >= 3, timeout=60)
+        model_server.release_answers()
+
+    releaser = threading.Thread(target=release_once_three_were_refused, daemon=True)
+    releaser.start()
+    reports = [f"r{n}" for n in range(5)]
+    for report in reports:
+        submit(filing_db, report)
+
+    for _ in range(20):
+        filing_db.drain()
+        if all(action(filing_db, f"file_issue:{r}:1")[0].ended for r in reports):
+            break
+    releaser.join(timeout=5)
+
+    assert model_server.parallel_refused >= 3  # LiteLLM's parallel limit was met
+    for report in reports:
+        # Deferred, never retried: every draft DONE at its first counted attempt.
+        assert action(filing_db, f"draft:{report}:1") == (ActionState.DONE, StopReason.COMPLETED, 1)
+    issues = tracker_server.issues_in(PUBLIC)
+    assert len(issues) == 5
+    assert {issue.title for issue in issues} == {CANNED.split("\n\n")[0]}  # each the draft's
+
+
+@pytest.mark.parametrize("wording", CAPACITY, ids=[w.name for w in CAPACITY])
+def test_each_capacity_wording_of_the_table_defers_the_draft_without_spending_an_attempt(
+    draft_db: OutboxTestDatabase, model_server: ModelTestServer, wording: CapacityWording
+) -> None:
+    store_report(draft_db)
+    model_server.capacity(wording=wording.name)  # type: ignore[arg-type]
+    enqueue_draft(draft_db)
+
+    drain_until_ended(draft_db, "draft:r1:1")
+
+    assert action(draft_db, "draft:r1:1") == (ActionState.DONE, StopReason.COMPLETED, 1)
+    assert len(model_server.completions()) == 2
+
+
+def test_the_loopback_server_sends_each_capacity_wording_of_the_table_with_the_real_body() -> None:
+    assert set(get_args(CapacityName)) == {wording.name for wording in CAPACITY}
+    for wording in CAPACITY:
+        status, body = capacity_body(wording.name, MODEL)  # type: ignore[arg-type]
+        read = classify(status, body, {}, MODEL)
+        assert isinstance(read, ProxyBusy) and read.wording is wording, wording.name
+
+
+def readme_row(wording: CapacityWording) -> str:
+    return f"| {wording.server} | {wording.status} | {wording.words} | {wording.limit} | {wording.seen} |"
+
+
+def test_the_readme_restates_the_capacity_table_row_by_row() -> None:
+    text = README.read_text("utf-8")
+    section = text[text.index("### Capacity refusals") :]
+    section = section[: section.index("\n#")]
+    rows = [line for line in section.splitlines() if re.match(r"\| (LiteLLM|Ollama) \|", line)]
+    assert rows == [readme_row(wording) for wording in CAPACITY]
 
 
 def test_five_capacity_refusals_in_a_row_spend_no_attempt_and_the_draft_still_runs(

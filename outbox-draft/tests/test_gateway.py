@@ -12,9 +12,9 @@ import pytest
 from outbox_core import ConfigurationError
 from outbox_draft import DraftReportAdapter, DraftSettings
 from outbox_draft.gateway import (
-    SYSTEM_PROMPT,
     TOOL_FIELDS,
     Answer,
+    ContextExceeded,
     ModelRefused,
     ProxyBusy,
     RequestRefused,
@@ -24,6 +24,7 @@ from outbox_draft.gateway import (
     read_answer,
     request_body,
 )
+from outbox_draft.prompt import SYSTEM_PROMPT
 
 MODEL = "gpt-4o-mini"
 
@@ -68,6 +69,78 @@ CASES = [
         503,
         {"error": "server busy, please try again.  maximum pending requests exceeded"},
         ProxyBusy,
+    ),
+    (
+        "ollama-v1-queue-full",
+        503,
+        {
+            "error": {
+                "message": "server busy, please try again.  maximum pending requests exceeded",
+                "type": "api_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        ProxyBusy,
+    ),
+    (
+        "ollama-cloud-overloaded",  # the model's servers behind Ollama, not Ollama's own queue
+        503,
+        {"error": "Server overloaded, please retry shortly (ref: aaa65c70)"},
+        UpstreamFailed,
+    ),
+    (
+        "litellm-deployment-parallel-slots",
+        429,
+        {
+            "error": {
+                "message": "litellm.RateLimitError: Deployment has all max_parallel_requests "
+                "slots in use. Deployment model_group=gpt-4o-mini, id=9d1e already has "
+                "max_parallel_requests=2 requests in flight. Raise max_parallel_requests (or "
+                "the rpm/tpm it is derived from) for this deployment. Received Model "
+                "Group=gpt-4o-mini\nAvailable Model Group Fallbacks=None",
+                "type": "throttling_error",
+                "param": None,
+                "code": "429",
+            }
+        },
+        ProxyBusy,
+    ),
+    (
+        "litellm-key-parallel-1.60.5",
+        429,
+        litellm("Max parallel request limit reached.", 429),
+        ProxyBusy,
+    ),
+    (
+        "litellm-limiter-1.60.8",
+        429,
+        litellm(
+            "LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM, RPM Limit. "
+            "current rpm: 1, rpm limit: 9223372036854775807",
+            429,
+        ),
+        ProxyBusy,
+    ),
+    (
+        "litellm-upstream-throttling-error",  # newer releases type an upstream limit so too
+        429,
+        {
+            "error": {
+                "message": "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit "
+                "reached for gpt-4o-mini. Received Model Group=gpt-4o-mini",
+                "type": "throttling_error",
+                "param": None,
+                "code": "429",
+            }
+        },
+        UpstreamFailed,
+    ),
+    (
+        "capacity-words-with-another-status",  # a wording counts only with its status
+        500,
+        litellm("No deployments available for selected model", 500),
+        UpstreamFailed,
     ),
     (
         "litellm-upstream-rate-limit",
@@ -164,9 +237,19 @@ CASES = [
         openai("Country, region, or territory not supported", "request_forbidden", None),
         ModelRefused,
     ),
+    (
+        "litellm-no-healthy-deployments-for-this-model",  # an unknown model, not capacity
+        400,
+        litellm(
+            "litellm.BadRequestError: You passed in model=gpt-4o-mini. There are no healthy "
+            "deployments for this model. Received Model Group=gpt-4o-mini",
+            400,
+        ),
+        ModelRefused,
+    ),
     ("redirect", 307, None, ModelRefused),
     (
-        "context-length",
+        "openai-context-length",
         400,
         openai(
             "This model's maximum context length is 8192 tokens.",
@@ -174,7 +257,32 @@ CASES = [
             "context_length_exceeded",
             "messages",
         ),
-        RequestRefused,
+        ContextExceeded,
+    ),
+    (
+        "litellm-context-window",  # its message names the model group too
+        400,
+        litellm(
+            "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+            "ContextWindowExceededError: OpenAIException - This model's maximum context length "
+            "is 16384 tokens. However, your request has 19427 input tokens. Received Model "
+            "Group=gpt-4o-mini\nAvailable Model Group Fallbacks=None",
+            400,
+        ),
+        ContextExceeded,
+    ),
+    (
+        "vllm-context-length",
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens. However, you "
+            "requested 5000 tokens (4200 in the messages, 800 in the completion).",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+        ContextExceeded,
     ),
     ("422", 422, {"detail": [{"msg": "field required"}]}, RequestRefused),
     ("500", 500, openai("The server had an error", "server_error", None), UpstreamFailed),
@@ -194,6 +302,55 @@ CASES = [
 )
 def test_each_error_body_is_read_as_what_it_proves(status: int, body: Any, expected: type) -> None:
     assert type(classify(status, body, {}, MODEL)) is expected
+
+
+DETAILS = [
+    (
+        "capacity",
+        429,
+        litellm("No deployments available for selected model, Try again in 9 seconds.", 429),
+        "LiteLLM 429 no_deployments (the proxy's capacity)",
+    ),
+    (
+        "model-not-found-quoting-the-request",
+        404,
+        openai(
+            "The model `x` does not exist: SECRET-REPORT-TEXT",
+            "invalid_request_error",
+            "model_not_found",
+        ),
+        "HTTP 404 model_not_found: the proxy serves no such model or endpoint",
+    ),
+    (
+        "quota",
+        429,
+        openai("You exceeded your current quota", "insufficient_quota", "insufficient_quota"),
+        "HTTP 429 insufficient_quota: no quota or budget left",
+    ),
+    (
+        "litellm-status-code-and-none-type-are-left-out",
+        500,
+        litellm("litellm.InternalServerError: SECRET-REPORT-TEXT", 500),
+        "HTTP 500: the server failed",
+    ),
+    (
+        "free-text-code-is-left-out",
+        400,
+        openai("bad", "invalid_request_error", "not a code: SECRET-REPORT-TEXT"),
+        "HTTP 400 invalid_request_error: the request was refused",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "detail"), [d[1:] for d in DETAILS], ids=[d[0] for d in DETAILS]
+)
+def test_a_failures_detail_is_its_status_code_and_reason_never_the_providers_message(
+    status: int, body: Any, detail: str
+) -> None:
+    error = classify(status, body, {}, MODEL)
+    assert error.detail == detail
+    assert "SECRET-REPORT-TEXT" not in error.detail
 
 
 def test_the_proxys_wait_comes_from_retry_after_or_else_from_its_message() -> None:

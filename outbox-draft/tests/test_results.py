@@ -11,6 +11,7 @@ import pytest
 
 from outbox_core import ActionState, StopReason
 from outbox_core.testing import OutboxTestDatabase
+from outbox_draft.adapter import CONTEXT_LENGTH_EXCEEDED
 from outbox_draft.testing import CANNED, ModelTestServer
 from outbox_issues import FilingState
 
@@ -47,6 +48,15 @@ def context_too_long(server: ModelTestServer) -> None:
     )
 
 
+UNSUPPORTED = {
+    "error": {
+        "message": "Unsupported value: 'temperature' does not support 0.2 with this model.",
+        "type": "invalid_request_error",
+        "param": "temperature",
+        "code": "unsupported_value",
+    }
+}
+
 ROWS = [
     Row("answer", lambda s: None, DONE, COMPLETED, 1, True, 1),
     Row("5xx-always", lambda s: s.server_error(500, times=3), FAILED, EXHAUSTED, 3, False, 3),
@@ -73,7 +83,27 @@ ROWS = [
         2,
     ),
     Row("capacity-twice", lambda s: s.capacity(times=2), DONE, COMPLETED, 1, True, 3),
-    Row("limiter-capacity", lambda s: s.capacity(limiter=True), DONE, COMPLETED, 1, True, 2),
+    Row(
+        "limiter-capacity",
+        lambda s: s.capacity(wording="key_limits"),
+        DONE,
+        COMPLETED,
+        1,
+        True,
+        2,
+    ),
+    Row(
+        "parallel-slots-capacity",
+        lambda s: s.capacity(wording="max_parallel_requests"),
+        DONE,
+        COMPLETED,
+        1,
+        True,
+        2,
+    ),
+    Row(
+        "ollama-queue-full", lambda s: s.capacity(wording="queue_full"), DONE, COMPLETED, 1, True, 2
+    ),
     Row("404-model-not-found", lambda s: s.unknown_model(404), FAILED, NOT_CONFIGURED, 1, False, 1),
     Row("400-invalid-model", lambda s: s.unknown_model(400), FAILED, NOT_CONFIGURED, 1, False, 1),
     Row("401", lambda s: s.unauthorized(401), FAILED, NOT_CONFIGURED, 1, False, 1),
@@ -81,7 +111,34 @@ ROWS = [
     Row(
         "insufficient-quota", lambda s: s.insufficient_quota(), FAILED, NOT_CONFIGURED, 1, False, 1
     ),
-    Row("400-context-length", context_too_long, FAILED, REFUSED, 1, False, 1),
+    Row("400-context-length", context_too_long, FAILED, CONTEXT_LENGTH_EXCEEDED, 1, False, 1),
+    Row(
+        "litellm-context-window",
+        lambda s: s.context_limit(64, wording="litellm"),
+        FAILED,
+        CONTEXT_LENGTH_EXCEEDED,
+        1,
+        False,
+        1,
+    ),
+    Row(
+        "vllm-context-length",
+        lambda s: s.context_limit(64, wording="vllm"),
+        FAILED,
+        CONTEXT_LENGTH_EXCEEDED,
+        1,
+        False,
+        1,
+    ),
+    Row(
+        "400-unsupported-parameter",
+        lambda s: s.fail(400, UNSUPPORTED),
+        FAILED,
+        REFUSED,
+        1,
+        False,
+        1,
+    ),
     Row("no-text-always", lambda s: s.answer("  ", times=3), FAILED, EXHAUSTED, 3, False, 3),
 ]
 

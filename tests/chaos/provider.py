@@ -252,6 +252,7 @@ class QuietServer(ThreadingHTTPServer):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="a test network's own address")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--fail-rate", type=float, default=0.08)
     parser.add_argument("--drop-rate", type=float, default=0.05)
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     faults = Faults(args.fail_rate, args.drop_rate, args.hold_seconds, args.seed)
-    server = QuietServer(("127.0.0.1", args.port), handler_for(Provider(faults)))
+    server = QuietServer((args.host, args.port), handler_for(Provider(faults)))
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -339,8 +339,8 @@ def start_provider(
     return proc, int(proc.stdout.readline())
 
 
-def provider_record(port: int) -> list[Write]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/record", timeout=60) as answer:
+def provider_record(port: int, host: str = "127.0.0.1") -> list[Write]:
+    with urllib.request.urlopen(f"http://{host}:{port}/record", timeout=60) as answer:
         return [Write(**w) for w in json.load(answer)["writes"]]
 
 

@@ -46,12 +46,14 @@ _egress_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
 @dataclass(frozen=True, slots=True)
 class EnqueueCheck:
     """What a kind's enqueue check (:meth:`ActionAdapter.check_enqueue`) is handed: the request,
-    its payload as it will be stored (JSON) and that payload decoded as the executor will decode
-    it (the variant's model)."""
+    its payload as it will be stored (JSON), that payload decoded as the executor will decode
+    it (the variant's model), and the schema of the ``Outbox`` that enqueues it (where the
+    plugin's own rows are, for a check that reads them)."""
 
     request: ActionRequest
     payload: dict[str, Any]
     body: BaseModel
+    schema: str
 
 
 class ActionAdapter(abc.ABC):

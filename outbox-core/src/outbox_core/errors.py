@@ -51,3 +51,9 @@ class AdapterContractError(OutboxError, TypeError):
     """An adapter broke its contract: ``execute`` returned something that is not a well-formed
     ``AdapterResult`` (a missing ``return``), or a callback or attribute has the wrong type.
     The executor ends such an attempt as if it raised; ``drain()`` raises this in tests."""
+
+
+class PreparedStatementsLost(ConfigurationError):
+    """A statement on the caller's connection failed because the server session no longer
+    holds the prepared statement psycopg made on it: the connection goes through a pooler in
+    transaction mode that does not keep prepared statements (PgBouncer before 1.21)."""

@@ -116,7 +116,7 @@ class Outbox:
         for item in items:
             if item.entry.checks_enqueue:
                 yield self._check_call(
-                    item.entry, EnqueueCheck(item.request, item.payload, item.body)
+                    item.entry, EnqueueCheck(item.request, item.payload, item.body, self.schema)
                 )
 
     def check_steps(self, requests: Sequence[ActionRequest]) -> Steps[None]:
@@ -275,7 +275,7 @@ class Outbox:
             expires_at=proposal.expires_at,
             not_before=proposal.due_at,
         )
-        yield self._check_call(entry, EnqueueCheck(request, proposal.payload, body))
+        yield self._check_call(entry, EnqueueCheck(request, proposal.payload, body, self.schema))
 
     def admit(self, conn: Connection[Any], action_id: int) -> bool:
         """PROPOSED -> ADMITTED; False when the action is not a proposal (any more). The

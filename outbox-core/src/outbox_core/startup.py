@@ -2,6 +2,9 @@
 adapter cannot be built (its plugin's settings are invalid, or invalid against the core's,
 or its construction raised) is stopped, not every kind.
 
+It also says whether the executor's database connections are sessions of their own
+(:func:`acheck_sessions`): it refuses to open through a pooler in transaction mode.
+
 The executor builds the adapters of the kinds it serves when it opens: a stopped kind is
 logged (``executor.kind.stopped``), counted by the gauge ``executor.kind.stopped``, and its
 actions stay queued for an executor that can run them. With ``OUTBOX_STRICT_STARTUP`` (or
@@ -16,7 +19,9 @@ import concurrent.futures
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from psycopg import AsyncConnection
 from pydantic import ValidationError
 
 from .adapter import ActionAdapter, check_built
@@ -89,3 +94,43 @@ def check_kinds(registry: KindRegistry, settings: OutboxSettings) -> list[Stoppe
     works where an event loop is running)."""
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="outbox-check") as pool:
         return pool.submit(asyncio.run, acheck_kinds(registry, settings)).result()
+
+
+TRANSACTION_POOLED = (
+    "{database} is reached through a pooler in transaction mode (two client connections "
+    "shared one server session, or one client connection moved between server sessions): "
+    "the executor needs a server session per connection (LISTEN, prepared statements, its "
+    "listener's pid); point OUTBOX_DATABASE_URL at PostgreSQL itself or at a PgBouncer "
+    "database in session mode (pool_mode = session), and keep transaction pooling for the "
+    "producers"
+)
+
+
+async def _backend(conn: AsyncConnection[Any]) -> int:
+    cursor = await conn.execute("SELECT pg_backend_pid()", prepare=False)
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def acheck_sessions(conninfo: str, database: str) -> None:
+    """Refuse (:class:`ConfigurationError`, one line) a ``conninfo`` whose connections are not
+    server sessions of their own: a pooler in transaction mode (PgBouncer's ``pool_mode =
+    transaction``) gives each transaction whichever server connection is free, so the
+    executor's LISTEN, its prepared claim and settle statements and the pid that names its
+    wake-up row would belong to whoever runs there next.
+
+    Two connections: the first asks its server's pid; the second, in a transaction, asks its
+    own (a transaction pooler hands it the session the first just gave back); the first asks
+    again while the second holds its session (a transaction pooler must then give it another).
+    A direct connection, or a pooler in session mode, keeps each client on its own session."""
+    async with (
+        await AsyncConnection.connect(conninfo, autocommit=True) as first,
+        await AsyncConnection.connect(conninfo, autocommit=True) as second,
+    ):
+        before = await _backend(first)
+        async with second.transaction():
+            other = await _backend(second)
+            again = await _backend(first)
+    if other == before or again != before:
+        raise ConfigurationError(TRANSACTION_POOLED.format(database=database))

@@ -44,10 +44,10 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from psycopg import AsyncConnection, Connection
+from psycopg import AsyncConnection, Connection, errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from .errors import OutboxError
+from .errors import OutboxError, PreparedStatementsLost
 
 __all__ = [
     "AsyncOnly",
@@ -175,7 +175,9 @@ class _Driver:
         """Send the last step's answer (or throw its error) and return the next step; None once
         the operation returned (its value is ``result``)."""
         try:
-            return self._throw(error) if error is not None else self._send(answer)
+            if error is None:
+                return self._send(answer)
+            return self._throw(_explained(error))
         except StopIteration as stop:
             self.result = stop.value
             return None
@@ -194,6 +196,31 @@ class _Driver:
             step, autocommit=db.autocommit, in_transaction=in_transaction, levels=self._levels
         )
         return db, statements
+
+
+# The server session of the caller's connection lost a statement psycopg prepared on it (after
+# ``prepare_threshold`` runs of the same query): PgBouncer before 1.21 in transaction mode hands
+# each transaction whichever server connection is free, and psycopg's "_pg3_<n>" statement
+# lives on only one of them ("does not exist") or another client's has the name ("already
+# exists").
+_LOST_PREPARED = (errors.InvalidSqlStatementName, errors.DuplicatePreparedStatement)
+
+
+def _explained(error: BaseException) -> BaseException:
+    """``error``, or the error that says what to do when it is a prepared statement that a
+    transaction pooler lost (chained to psycopg's)."""
+    if not isinstance(error, _LOST_PREPARED) or '"_pg3_' not in str(error):
+        return error
+    lost = PreparedStatementsLost(
+        f"{error.diag.message_primary}: this connection goes through a pooler in transaction "
+        "mode that does not keep prepared statements (PgBouncer before 1.21), and psycopg "
+        "prepares a query once it has run prepare_threshold (5) times. Connect with "
+        "prepare_threshold=None (psycopg.connect(url, prepare_threshold=None); SQLAlchemy: "
+        'create_engine(url, connect_args={"prepare_threshold": None})), or give PgBouncer 1.21+ '
+        "max_prepared_statements; the transaction failed and nothing was written: roll it back"
+    )
+    lost.__cause__ = error
+    return lost
 
 
 def _returns_rows(cursor: Any) -> bool:

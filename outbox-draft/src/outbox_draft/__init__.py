@@ -9,8 +9,10 @@ the attempt's lease. :mod:`outbox_draft.testing` holds a loopback OpenAI-compati
 """
 
 from .adapter import DRAFT_DEFERRED, DRAFT_REPORT, DraftReportAdapter
-from .enqueue import check_draftable, draft_key, draft_request
-from .gateway import SYSTEM_PROMPT, Answer, ModelGateway, Report
+from .draftable import check_draftable
+from .enqueue import draft_key, draft_request
+from .gateway import Answer, ModelGateway, Report
+from .prompt import SYSTEM_PROMPT
 from .settings import DraftSettings
 
 __all__ = [

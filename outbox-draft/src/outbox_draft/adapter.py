@@ -13,32 +13,45 @@ limit taken (none free: ``Defer``); then the call, outside any transaction; then
 ``attempt.transaction()`` again, the answer kept on the filing, which commits only while the
 lease is this attempt's (another claim took it over: ``Abandoned``, nothing kept).
 
-====================================================================  =========================
-what happened                                                         result
-====================================================================  =========================
-an answer with text                                                   kept, then Done
-                                                                      (``readback_ref`` = the
-                                                                      completion's id)
-the proxy refused for its own capacity (429 "No deployments           Defer (its ``Retry-After``,
-available", "Crossed TPM / RPM / Max Parallel Request Limit";         the "try again in N s" of
-Ollama's 503 "server busy"), or the cross-replica limit is full       its message, else
-                                                                      ``capacity_wait_seconds``)
-                                                                      and DRAFT_DEFERRED: the
-                                                                      filing DRAFT_WAITING, no
-                                                                      attempt spent
-a timeout, a refused or dropped connection, a 5xx, 408, 409, an       Retry (FAILED,
-upstream provider's rate limit (any other 429), an answer without     ATTEMPTS_EXHAUSTED at the
-text or not a chat completion                                         last attempt)
-404 (``model_not_found``, or no such endpoint), 400 naming the        Failed, NOT_CONFIGURED
+==================================================================  ===========================
+what happened                                                       result
+==================================================================  ===========================
+an answer with text                                                 kept, then Done
+                                                                    (``readback_ref`` = the
+                                                                    completion's id)
+the proxy refused for its own capacity, a 429 or 503 in a wording   Defer (its Retry-After, the
+of the capacity table (:data:`outbox_draft.capacity.CAPACITY`:      "try again in N s" of its
+LiteLLM's parallel slots, router and key limiter, Ollama's queue),  message, else
+or the cross-replica limit is full                                  ``capacity_wait_seconds``)
+                                                                    and DRAFT_DEFERRED: the
+                                                                    filing DRAFT_WAITING, no
+                                                                    attempt spent
+a timeout, a refused or dropped connection, a 5xx, 408, 409, an     Retry (FAILED,
+upstream provider's rate limit (any other 429 or 503), an answer    ATTEMPTS_EXHAUSTED at the
+without text or not a chat completion                               last attempt)
+404 (``model_not_found``, or no such endpoint), 400 naming the      Failed, NOT_CONFIGURED
 model, 401, 403, 429 ``insufficient_quota`` (and OpenAI's billing
 codes, LiteLLM's budget), a redirect; the settings lack the base
 URL or the model
-any other 4xx (a report longer than the model's context)             Failed, REFUSED
-the report is unknown / erased / at another generation                Failed UNKNOWN_REPORT /
-                                                                      Cancelled REPORT_ERASED,
-                                                                      SUPERSEDED
-another claim took the lease before the answer was kept               Abandoned (nothing kept)
-====================================================================  =========================
+400 ``context_length_exceeded`` (OpenAI), LiteLLM's                 Failed,
+``ContextWindowExceededError``, vLLM's "maximum context length":    CONTEXT_LENGTH_EXCEEDED
+the report and the answer do not fit the model's context
+any other 4xx                                                       Failed, REFUSED
+the report is unknown / erased / at another generation              Failed UNKNOWN_REPORT /
+                                                                    Cancelled REPORT_ERASED,
+                                                                    SUPERSEDED
+another claim took the lease before the answer was kept             Abandoned (nothing kept)
+==================================================================  ===========================
+
+Every Defer, Retry and Failed carries a detail (the action's ``last_detail``): the status, the
+provider's code and a reason in this package's words (``"LiteLLM 429 max_parallel_requests
+(the proxy's capacity); again in 15 s"``, ``"HTTP 404 model_not_found: the proxy serves no such
+model or endpoint"``, ``"not configured: OUTBOX_DRAFT_MODEL unset"``), never the provider's
+message, which may quote what was sent, and never the report's text.
+
+A report that cannot fit the model's configured ``context_tokens`` is refused at enqueue
+(:meth:`DraftReportAdapter.check_enqueue`, the hook's :func:`~outbox_draft.check_draftable`),
+so it never costs a call; the model's own refusal is the stop reason above, after one call.
 
 The ``ended`` hook moves the filing to ``ANSWERED`` (outbox-issues' ``draft_ended``) however the
 draft ended, with the kept answer only when it is ``DONE`` (otherwise an answer kept by an
@@ -52,7 +65,7 @@ import logging
 from datetime import timedelta
 from typing import Any, ClassVar, cast
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_core import (
@@ -66,6 +79,7 @@ from outbox_core import (
     ConfiguredAdapter,
     Defer,
     Done,
+    EnqueueCheck,
     Failed,
     LeaseLost,
     PerLoop,
@@ -77,7 +91,9 @@ from outbox_core import (
 from outbox_issues import domain
 from outbox_issues.adapter import REPORT_ERASED, UNKNOWN_REPORT, Facts
 
+from .draftable import check_draftable
 from .gateway import (
+    ContextExceeded,
     ModelError,
     ModelGateway,
     ModelRefused,
@@ -93,7 +109,10 @@ DRAFT_DEFERRED = "DRAFT_DEFERRED"
 """The domain event of a deferred draft (``Defer.event``): the filing enters DRAFT_WAITING."""
 SUPERSEDED = "SUPERSEDED"
 """The report is at another generation than the draft's: nothing to draft any more."""
-STOP_REASONS = frozenset({REPORT_ERASED, UNKNOWN_REPORT, SUPERSEDED})
+CONTEXT_LENGTH_EXCEEDED = "CONTEXT_LENGTH_EXCEEDED"
+"""The model refused the request as longer than its context (the report and the answer): no
+retry cures it, the report is filed with its own text."""
+STOP_REASONS = frozenset({REPORT_ERASED, UNKNOWN_REPORT, SUPERSEDED, CONTEXT_LENGTH_EXCEEDED})
 SLOT_HOLD_MARGIN_SECONDS = 30.0
 """A slot of the cross-replica limit is held this long past the call's own timeout."""
 
@@ -119,21 +138,40 @@ def report_of(action: Action) -> tuple[str, int | None]:
     return report, int(generation_part) if generation_part.isdigit() else None
 
 
+QUOTE_RUN = 16
+"""A run of this many characters of the report in the proxy's message keeps the message out of
+the log."""
+QUOTED = "(the proxy's message is left out: it quotes the request)"
+
+
+def quotes(message: str, text: str) -> bool:
+    """Whether ``message`` repeats a run of :data:`QUOTE_RUN` characters of ``text``."""
+    return any(
+        message[start : start + QUOTE_RUN] in text for start in range(len(message) - QUOTE_RUN + 1)
+    )
+
+
+def again_in(wait: timedelta) -> str:
+    """A deferral's wait as its detail says it."""
+    return f"again in {wait.total_seconds():g} s"
+
+
 def result_for(error: ModelError, settings: DraftSettings) -> AdapterResult:
-    """The result a failed call proves (the table in this module's docstring)."""
+    """The result a failed call proves (the table in this module's docstring), with the
+    failure's detail (its status, code and reason; never the provider's message)."""
     match error:
         case ProxyBusy(wait=wait):
-            return Defer(
-                wait if wait is not None else timedelta(seconds=settings.capacity_wait_seconds),
-                DRAFT_DEFERRED,
-            )
+            after = wait if wait is not None else timedelta(seconds=settings.capacity_wait_seconds)
+            return Defer(after, DRAFT_DEFERRED, detail=f"{error.detail}; {again_in(after)}")
         case UpstreamFailed(wait=wait):
-            return Retry(after=wait, why=str(error))
+            return Retry(after=wait, detail=error.detail)
         case ModelRefused():
-            return Failed(StopReason.NOT_CONFIGURED)
+            return Failed(StopReason.NOT_CONFIGURED, detail=error.detail)
+        case ContextExceeded():
+            return Failed(CONTEXT_LENGTH_EXCEEDED, detail=error.detail)
         case RequestRefused():
-            return Failed(StopReason.REFUSED)
-    return Retry(why=str(error))
+            return Failed(StopReason.REFUSED, detail=error.detail)
+    return Retry(detail=error.detail)
 
 
 class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
@@ -170,6 +208,33 @@ class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
     def variants(cls) -> ActionVariants:
         return ActionVariants.one(DraftPayload)
 
+    # -- at enqueue ----------------------------------------------------------------------------
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """A report whose text cannot be drafted (:func:`~outbox_draft.check_draftable`: longer
+        than ``max_report_chars``, or than the model's ``context_tokens`` allow) is refused on
+        every enqueue path, nothing written. The text is the stored one of the payload's
+        generation: none yet while ``submit_report`` and ``edit_report`` check before they
+        store it, and their draft hook has checked the text it was handed then."""
+        payload = cast(DraftPayload, check.body)
+        queries = package_queries("outbox_draft", "sql/queries.sql", check.schema)
+        params = {"report": payload.report, "generation": payload.generation}
+        row = conn.execute(queries["report_text"], params).fetchone()
+        if row is not None:
+            check_draftable(row[0], cls.section_settings())
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        """The async twin of :meth:`check_enqueue`."""
+        payload = cast(DraftPayload, check.body)
+        queries = package_queries("outbox_draft", "sql/queries.sql", check.schema)
+        params = {"report": payload.report, "generation": payload.generation}
+        cursor = await conn.execute(queries["report_text"], params)
+        row = await cursor.fetchone()
+        if row is not None:
+            check_draftable(row[0], cls.section_settings())
+
     def gateway(self) -> ModelGateway:
         """The running event loop's gateway (made on first use)."""
         return self._gateway.get()
@@ -187,7 +252,10 @@ class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
         if settings.missing:
             missing = ",".join(settings.missing)
             self.event("draft.not_configured", attempt, logging.ERROR, missing=missing)
-            return Failed(StopReason.NOT_CONFIGURED)
+            return Failed(
+                StopReason.NOT_CONFIGURED,
+                detail=f"not configured: {', '.join(settings.missing)} unset",
+            )
         payload = cast(DraftPayload, attempt.body)
         try:
             async with attempt.transaction() as conn:
@@ -200,14 +268,22 @@ class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
                 await domain.draft_claimed(conn, self.schema, payload.report)
                 if not await self._take_slot(conn, attempt):
                     self.event("draft.deferred", attempt, logging.INFO, why="limit_full")
-                    return Defer(timedelta(seconds=settings.capacity_wait_seconds), DRAFT_DEFERRED)
+                    after = timedelta(seconds=settings.capacity_wait_seconds)
+                    limit = (
+                        f"{settings.variable('max_in_flight_total')}={settings.max_in_flight_total}"
+                    )
+                    return Defer(
+                        after,
+                        DRAFT_DEFERRED,
+                        detail=f"limit full: {limit} calls in flight; {again_in(after)}",
+                    )
         except LeaseLost:
             return Abandoned()
         try:
             answer = await self.gateway().draft(Report(payload.report, payload.generation, text))
         except ModelError as error:
             await self._release(attempt)
-            return self.failure(attempt, error)
+            return self.failure(attempt, error, text)
         title, body = answer.title_and_body(settings.max_answer_chars)
         try:
             async with attempt.transaction() as conn:
@@ -252,9 +328,12 @@ class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
             return Cancelled(SUPERSEDED)
         return None
 
-    def failure(self, attempt: ActionAttempt, error: ModelError) -> AdapterResult:
+    def failure(self, attempt: ActionAttempt, error: ModelError, text: str) -> AdapterResult:
+        """The result of a failed call, logged with its detail and the proxy's own words,
+        unless those quote the report (a server's validation error may repeat the request)."""
         result = result_for(error, self.settings)
         level = logging.ERROR if isinstance(result, Failed) else logging.INFO
+        words = str(error)[:300]
         self.event(
             "draft.model." + type(error).__name__.lower(),
             attempt,
@@ -262,8 +341,8 @@ class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):
             status=error.status,
             code=error.code,
             result=type(result).__name__,
-            # The proxy's own words (never the report's text, which is only ever sent).
-            error=str(error)[:300],
+            detail=error.detail,
+            error=QUOTED if quotes(words, text) else words,
         )
         return result
 

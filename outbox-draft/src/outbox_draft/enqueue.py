@@ -6,19 +6,21 @@ The draft runs in the report's lane, ``file_issue:<report>``, ahead of the filin
 publish) of its generation, with the key ``draft:<report>:<generation>``, three attempts, and
 an expiry ten minutes after it is enqueued (by this host's clock; the executor compares it with
 the database's). What cannot be drafted is refused here with a clear error and nothing is
-written: an empty text, a text longer than ``max_report_chars``, settings that cannot be read.
-Without a model configured, no draft is made and the result says why (:class:`NoDraft`); the
-issue is then filed with the report's own text. Nothing here calls the network.
+written: an empty text, a text longer than ``max_report_chars`` or too long for the model's
+``context_tokens`` (:func:`~outbox_draft.draftable.check_draftable`), settings that cannot be
+read. Without a model configured, no draft is made and the result says why (:class:`NoDraft`);
+the issue is then filed with the report's own text. Nothing here calls the network.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from outbox_core import ActionRequest, InvalidRequest, Outbox
+from outbox_core import ActionRequest, Outbox
 from outbox_issues.hookspecs import DraftContext, NoDraft
 
 from .adapter import DRAFT_REPORT, DraftReportAdapter
+from .draftable import check_draftable
 from .settings import DraftSettings
 
 MAX_ATTEMPTS = 3
@@ -39,19 +41,6 @@ def served_settings(outbox: Outbox) -> DraftSettings | None:
     if isinstance(adapter, type) and issubclass(adapter, DraftReportAdapter):
         return adapter.section_settings()
     return DraftSettings.load()
-
-
-def check_draftable(text: object, settings: DraftSettings) -> str:
-    """The report's text if it can be drafted, else :class:`~outbox_core.InvalidRequest`."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequest("text", "must be a non-empty string to be drafted")
-    if len(text) > settings.max_report_chars:
-        raise InvalidRequest(
-            "text",
-            f"is {len(text)} characters; a report is drafted up to {settings.max_report_chars} "
-            f"({settings.variable('max_report_chars')}): shorten it or raise the limit",
-        )
-    return text
 
 
 def draft_request(draft: DraftContext, outbox: Outbox) -> ActionRequest | NoDraft | None:

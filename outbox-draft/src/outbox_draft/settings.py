@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from outbox_core import SectionSettings
+
+from .prompt import prompt_tokens
 
 
 class DraftSettings(SectionSettings):
@@ -45,6 +47,15 @@ class DraftSettings(SectionSettings):
         ge=1,
         description="a longer report is refused at submit (nothing written): its draft would "
         "cost more than it helps",
+    )
+    context_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="the model's context window in tokens (LiteLLM's max_input_tokens, vLLM's "
+        "--max-model-len, Ollama's num_ctx, the model's documented context); set, a report "
+        "whose estimated prompt and max_tokens do not fit is refused at submit (nothing "
+        "written). Unset: only the model's own refusal tells (CONTEXT_LENGTH_EXCEEDED)",
     )
     max_answer_chars: int = Field(
         default=20_000, ge=100, description="a longer answer is cut to this length when kept"
@@ -85,6 +96,21 @@ class DraftSettings(SectionSettings):
                 "expected an http(s) URL up to and with /v1, such as http://localhost:4000/v1"
             )
         return value.rstrip("/")
+
+    @field_validator("context_tokens")
+    @classmethod
+    def _room_for_a_report(cls, value: int | None, info: ValidationInfo) -> int | None:
+        max_tokens = info.data.get("max_tokens")
+        if value is not None and isinstance(max_tokens, int):
+            floor = max_tokens + prompt_tokens("")
+            if value <= floor:
+                raise ValueError(
+                    f"must exceed {floor}: the answer's max_tokens ({max_tokens}, "
+                    f"{cls.variable('max_tokens')}) and the system prompt (about "
+                    f"{floor - max_tokens} tokens) leave no room for a report; set the model's "
+                    "context, or lower the max_tokens"
+                )
+        return value
 
     @field_validator("model")
     @classmethod

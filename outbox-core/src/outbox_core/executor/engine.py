@@ -34,7 +34,7 @@ from ..errors import AdapterContractError
 from ..observability import BacklogSnapshot, database_label, event
 from ..outbox import Outbox
 from ..settings import OutboxSettings
-from ..startup import StoppedKind
+from ..startup import StoppedKind, acheck_sessions
 from .attempts import ATTEMPT_OPS, Attempts
 from .claims import Claims
 from .endings import Endings
@@ -73,6 +73,7 @@ class Executor:
         self.claims = Claims(rt, self.attempts, self.endings)
         self.maintenance = Maintenance(rt, self.endings)
         self._watchdog_task: asyncio.Task[None] | None = None
+        self._sessions_checked = False
 
     @property
     def outbox(self) -> Outbox:
@@ -107,6 +108,11 @@ class Executor:
         rt.accepting = True
         if not rt.kinds_started:
             rt.start_kinds()
+        if not self._sessions_checked:
+            # Once per executor, before anything listens or prepares: refused through a
+            # transaction pooler (startup.py).
+            await acheck_sessions(rt.conninfo, database_label(rt.conninfo))
+            self._sessions_checked = True
         await rt.open_pool()
         rt.plan_limits(lambda kind: rt.adapter(kind).max_concurrency)
         if self._watchdog_task is None:

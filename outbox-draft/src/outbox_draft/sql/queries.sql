@@ -32,3 +32,9 @@ UPDATE {schema}.draft_slot
 
 -- name: slots_held
 SELECT count(*) FROM {schema}.draft_slot WHERE held_until > now()
+
+-- name: report_text
+-- The enqueue check: the text a draft of this generation would send (none yet while
+-- submit_report checks before it stores the report, or edit_report before the new generation).
+SELECT text FROM {schema}.issue_report
+ WHERE report_id = %(report)s AND generation = %(generation)s

@@ -10,9 +10,17 @@ Told what to do with the next ``times`` completions, it answers with the error b
 servers send:
 
 - :meth:`~ModelTestServer.answer`: a canned text (optionally with ``tool_calls`` beside it);
-- :meth:`~ModelTestServer.capacity`: LiteLLM's 429 when no deployment is free ("No deployments
-  available for selected model, Try again in N seconds"), or its limiter's ("Crossed TPM / RPM
-  / Max Parallel Request Limit", ``limiter=True``);
+- :meth:`~ModelTestServer.capacity`: a capacity refusal of the proxy itself, in each wording of
+  the capacity table (:data:`outbox_draft.capacity.CAPACITY`) with the real server's body:
+  LiteLLM's 429 when no deployment is free ("No deployments available for selected model, Try
+  again in N seconds", the default), its limiters' ("Crossed TPM / RPM / Max Parallel Request
+  Limit", ...), Ollama's 503 "server busy";
+- :meth:`~ModelTestServer.parallel_limit`: LiteLLM's ``max_parallel_requests`` of a deployment:
+  a completion that arrives while that many are being answered gets LiteLLM's 429
+  ``throttling_error`` "Deployment has all max_parallel_requests slots in use" at once;
+- :meth:`~ModelTestServer.context_limit`: a model's context: a request whose messages and
+  ``max_tokens`` exceed it gets the 400 of OpenAI (``context_length_exceeded``), of LiteLLM
+  (``ContextWindowExceededError``) or of vLLM;
 - :meth:`~ModelTestServer.upstream_rate_limit`: the 429 of a provider's rate limit, as LiteLLM
   passes it on (``litellm.RateLimitError: ...``) or as OpenAI sends it (``openai=True``,
   ``code: rate_limit_exceeded``);
@@ -21,7 +29,10 @@ servers send:
 - :meth:`~ModelTestServer.unknown_model`: OpenAI's 404 ``model_not_found``, or LiteLLM's 400
   "Invalid model name passed in model=..." (``status=400``);
 - :meth:`~ModelTestServer.stall`: no answer until the client gives up;
-- :meth:`~ModelTestServer.drop`: the connection closed without an answer.
+- :meth:`~ModelTestServer.drop`: the connection closed without an answer;
+- :meth:`~ModelTestServer.hold_answers`: completions wait until
+  :meth:`~ModelTestServer.release_answers` (to have calls in flight at once, with
+  :meth:`~ModelTestServer.wait_until`).
 
 Only the standard library.
 """
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 import time
@@ -89,9 +101,111 @@ def _openai_error(message: str, kind: str, code: str | None, param: str | None =
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def _litellm_error(message: str, code: int) -> Any:
-    """LiteLLM's ProxyException body: type and param the strings "None", code a string."""
-    return {"error": {"message": message, "type": "None", "param": "None", "code": str(code)}}
+def _litellm_error(message: str, code: int, kind: str = "None", param: Any = "None") -> Any:
+    """LiteLLM's ProxyException body: type and param the strings "None" (its older releases;
+    newer ones name the type, ``throttling_error``, and send a null param), code a string."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": str(code)}}
+
+
+def _ollama_error(message: str) -> Any:
+    """Ollama's ``/v1`` error body (``openai.NewError``): type ``api_error`` but for 400 and
+    404, param and code null."""
+    return {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
+
+
+CapacityName = Literal[
+    "no_deployments",
+    "no_healthy_deployment",
+    "max_parallel_requests",
+    "key_max_parallel",
+    "key_tpm_rpm",
+    "key_limits",
+    "queue_full",
+]
+"""The wordings of :meth:`ModelTestServer.capacity`: the names of the capacity table's rows
+(:data:`outbox_draft.capacity.CAPACITY`)."""
+
+
+def capacity_body(name: CapacityName, model: str, wait: float = 1) -> tuple[int, Any]:
+    """The status and body a real server sends with each capacity refusal (the proxy's own):
+    LiteLLM's router, its deployment slots and its key limiter, Ollama's queue."""
+    match name:
+        case "no_deployments":
+            message = (
+                f"No deployments available for selected model, Try again in {wait:g} seconds. "
+                f"Passed model={model}. pre-call-checks=False, cooldown_list=[]"
+            )
+            return 429, _litellm_error(message, 429)
+        case "no_healthy_deployment":
+            return 429, _litellm_error(
+                f"No healthy deployment available, passed model={model}", 429
+            )
+        case "max_parallel_requests":
+            message = (
+                "litellm.RateLimitError: Deployment has all max_parallel_requests slots in use. "
+                f"Deployment model_group={model}, id=3f1c9e0a already has "
+                "max_parallel_requests=2 requests in flight. Raise max_parallel_requests (or "
+                "the rpm/tpm it is derived from) for this deployment. Received Model "
+                f"Group={model}\nAvailable Model Group Fallbacks=None"
+            )
+            return 429, _litellm_error(message, 429, "throttling_error", None)
+        case "key_max_parallel":
+            return 429, _litellm_error("Max parallel request limit reached.", 429)
+        case "key_tpm_rpm":
+            message = (
+                "LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM, RPM Limit. "
+                "current rpm: 1, rpm limit: 1, current tpm: 0, tpm limit: 9223372036854775807"
+            )
+            return 429, _litellm_error(message, 429)
+        case "key_limits":
+            message = (
+                "LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM / RPM / Max "
+                "Parallel Request Limit. current rpm: 1, rpm limit: 1, current tpm: 348, tpm "
+                "limit: 9223372036854775807, current max_parallel_requests: 1, "
+                "max_parallel_requests: 1"
+            )
+            return 429, _litellm_error(message, 429)
+        case "queue_full":
+            return 503, _ollama_error(
+                "server busy, please try again.  maximum pending requests exceeded"
+            )
+
+
+ContextWording = Literal["openai", "litellm", "vllm"]
+
+
+def context_body(wording: ContextWording, model: str, limit: int, prompt: int, answer: int) -> Any:
+    """The 400 a server sends for a request longer than the model's context: OpenAI's
+    ``context_length_exceeded``, LiteLLM's ``ContextWindowExceededError`` (its message names the
+    model group), vLLM's ``BadRequestError``."""
+    match wording:
+        case "openai":
+            return _openai_error(
+                f"This model's maximum context length is {limit} tokens. However, your messages "
+                f"resulted in {prompt} tokens. Please reduce the length of the messages.",
+                "invalid_request_error",
+                "context_length_exceeded",
+                "messages",
+            )
+        case "litellm":
+            message = (
+                "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+                "ContextWindowExceededError: OpenAIException - This model's maximum context "
+                f"length is {limit} tokens. However, your request has {prompt} input tokens. "
+                f"Please reduce the length of the input messages. Received Model Group={model}"
+                "\nAvailable Model Group Fallbacks=None"
+            )
+            return _litellm_error(message, 400, "None", "None")
+        case "vllm":
+            return {
+                "object": "error",
+                "message": f"This model's maximum context length is {limit} tokens. However, you "
+                f"requested {prompt + answer} tokens ({prompt} in the messages, {answer} in the "
+                "completion). Please reduce the length of the messages or completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
 
 
 class ModelTestServer:
@@ -110,7 +224,7 @@ class ModelTestServer:
         self.stall_seconds = stall_seconds
         self.refuse_max_tokens = refuse_max_tokens
         """Answer ``max_tokens`` as OpenAI's newer models do (400: use max_completion_tokens)."""
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.requests: list[Recorded] = []
         self.served: list[Recorded] = []
         """The completion requests answered with a completion."""
@@ -120,6 +234,15 @@ class ModelTestServer:
         self.in_flight = 0
         self.max_in_flight = 0
         """The most completions that were being answered at once."""
+        self.max_parallel_requests: int | None = None
+        """LiteLLM's deployment limit (:meth:`parallel_limit`); None: no limit."""
+        self.parallel_refused = 0
+        """The completions refused for the deployment's max_parallel_requests."""
+        self.context_tokens: int | None = None
+        self.context_wording: ContextWording = "openai"
+        self._changed = threading.Condition(self.lock)
+        self._answers_go = threading.Event()
+        self._answers_go.set()
         self._queue: list[Behaviour] = []
         self._release = threading.Event()
         self._before_answer: list[Callable[[Recorded], None]] = []
@@ -144,6 +267,7 @@ class ModelTestServer:
 
     def stop(self) -> None:
         self._release.set()
+        self._answers_go.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -202,25 +326,48 @@ class ModelTestServer:
         self._add(Behaviour("status", times, status=status, body=body, headers=headers or {}))
 
     def capacity(
-        self, *, times: int = 1, retry_after: float | None = None, limiter: bool = False
+        self,
+        *,
+        times: int = 1,
+        retry_after: float | None = None,
+        wording: CapacityName = "no_deployments",
     ) -> None:
-        """The proxy's own capacity refusal (LiteLLM, 429)."""
-        if limiter:
-            message = (
-                "LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM / RPM / Max "
-                "Parallel Request Limit. current rpm: 1, rpm limit: 1, current tpm: 348, tpm "
-                "limit: 9223372036854775807, current max_parallel_requests: 1, "
-                "max_parallel_requests: 1"
-            )
-        else:
-            wait = retry_after if retry_after is not None else 1
-            model = self.models[0] if self.models else MODEL
-            message = (
-                f"No deployments available for selected model, Try again in {wait:g} seconds. "
-                f"Passed model={model}. pre-call-checks=False, cooldown_list=[]"
-            )
+        """The proxy's own capacity refusal, in ``wording`` (:func:`capacity_body`; LiteLLM's
+        router's "No deployments available" by default), with ``Retry-After`` when given."""
+        wait = retry_after if retry_after is not None else 1
+        status, body = capacity_body(wording, self.models[0] if self.models else MODEL, wait)
         headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
-        self.fail(429, _litellm_error(message, 429), times=times, headers=headers)
+        self.fail(status, body, times=times, headers=headers)
+
+    def parallel_limit(self, limit: int | None) -> None:
+        """LiteLLM's ``max_parallel_requests`` of the model's one deployment: while ``limit``
+        completions are being answered, another gets LiteLLM's 429 at once (nothing queues, as
+        in its releases that refuse instead of queueing). None: no limit."""
+        with self.lock:
+            self.max_parallel_requests = limit
+
+    def context_limit(self, tokens: int | None, *, wording: ContextWording = "openai") -> None:
+        """The model's context: a request whose messages (counted at four characters a token)
+        and ``max_tokens`` exceed ``tokens`` gets ``wording``'s 400 (:func:`context_body`).
+        None: no limit."""
+        with self.lock:
+            self.context_tokens = tokens
+            self.context_wording = wording
+
+    def hold_answers(self) -> None:
+        """Completions wait before they are answered, until :meth:`release_answers`."""
+        self._answers_go.clear()
+
+    def release_answers(self) -> None:
+        self._answers_go.set()
+
+    def wait_until(
+        self, condition: Callable[[ModelTestServer], bool], timeout: float = 30.0
+    ) -> bool:
+        """Wait until ``condition(server)`` holds (checked whenever a request arrives or is
+        answered); False when ``timeout`` passed first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: condition(self), timeout)
 
     def upstream_rate_limit(
         self, *, times: int = 1, openai: bool = False, retry_after: float | None = None
@@ -316,6 +463,21 @@ class ModelTestServer:
                 self._queue.pop(0)
             return behaviour
 
+    def context_refusal(self, payload: dict[str, Any]) -> Any:
+        """The body of a 400 for a request that exceeds :meth:`context_limit`, else None."""
+        with self.lock:
+            limit, wording = self.context_tokens, self.context_wording
+        if limit is None:
+            return None
+        messages = payload.get("messages") or []
+        chars = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
+        prompt = math.ceil(chars / 4)
+        answer = payload.get("max_tokens", payload.get("max_completion_tokens"))
+        answer = answer if isinstance(answer, int) else 0
+        if prompt + answer <= limit:
+            return None
+        return context_body(wording, str(payload.get("model")), limit, prompt, answer)
+
     # -- reading -------------------------------------------------------------------------------
 
     def completions(self) -> list[Recorded]:
@@ -383,6 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         with server.lock:
             server.requests.append(recorded)
+            server._changed.notify_all()
         if server.api_key is not None and self.headers.get("authorization") != (
             f"Bearer {server.api_key}"
         ):
@@ -433,6 +596,10 @@ class _Handler(BaseHTTPRequestHandler):
                 ),
             )
             return
+        refusal = server.context_refusal(payload)
+        if refusal is not None:
+            self._send(400, refusal)
+            return
         match behaviour.mode:
             case "status":
                 self._send(behaviour.status, behaviour.body, behaviour.headers)
@@ -443,14 +610,25 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drop()
             case "answer":
                 with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    limit = server.max_parallel_requests
+                    full = limit is not None and server.in_flight >= limit
+                    if full:
+                        server.parallel_refused += 1
+                    else:
+                        server.in_flight += 1
+                        server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server._changed.notify_all()
+                if full:
+                    self._send(*capacity_body("max_parallel_requests", model))
+                    return
                 try:
+                    server._answers_go.wait(server.stall_seconds)
                     if server.delay_seconds:
                         time.sleep(server.delay_seconds)
                 finally:
                     with server.lock:
                         server.in_flight -= 1
+                        server._changed.notify_all()
                 answer = server.completion(behaviour, recorded)
                 with server.lock:
                     callbacks = list(server._before_answer)

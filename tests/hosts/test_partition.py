@@ -1,0 +1,167 @@
+"""A host partitioned from its database and provider while it holds actions, for longer than
+the lease, then healed (issue 35, section 3; docs/reliability.md, "Executors on several hosts").
+
+Host A holds four actions at the provider's gates (tests/chaos/provider.py): one of each kind
+before its fence, one of each kind with its write in flight after its fence. First only the
+database's answers to A are lost (its LISTEN connection spared, so that it is told of new
+actions): A claims actions whose claim it never hears of. Then A is cut off both ways; the
+writes in flight are applied, their answers lost. Hosts B and C start, under the producer's
+load, and take over every action once its lease has run out. Then A is healed.
+
+What must hold: A's claims that it heard of only after the heal are refused at the fence
+(``action.abandoned``, nothing written); an effect that A's write made is read back by the
+next holder (DONE, one effect) or, for the at-most-once kind, ends UNCERTAIN with
+``LEASE_LOST_AFTER_WRITE``; an action A held before its fence gets exactly one effect, from its
+next holder; and the chaos checker's verdict on the whole run is ok."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from outbox_core import ActionRequest
+
+from ..chaos.checker import check
+from ..chaos.plugin import KINDS, ONCE_KIND, READBACK_KIND
+from ..chaos.run import CI_SIZE, Producer, chaos_outbox, live_actions, read_actions
+from ..chaos.test_sigstop import until
+from .rig import Rig, rig
+
+PARAMS = replace(
+    CI_SIZE,
+    actions=600,
+    lanes=60,
+    enqueue_seconds=20.0,
+    batch=30,
+    lease_seconds=10.0,
+    fence_margin_seconds=4.0,
+    fail_rate=0.0,  # the partition is this test's fault
+    drop_rate=0.0,
+)
+PAUSES = ("before_fence", "after_fence")
+LATE = 6  # actions A claims without hearing of it
+
+
+def enqueue(r: Rig, requests: list[ActionRequest]) -> list[int]:
+    with psycopg.connect(r.url) as conn:
+        done = chaos_outbox().enqueue_many(conn, requests)
+        conn.commit()
+    return [e.id for e in done]
+
+
+def gated(kind: str, pause: str) -> ActionRequest:
+    key = f"gated-{pause}-{kind}"
+    return ActionRequest(kind, f"lane-{key}", key, payload={"seq": 1, "pause": pause})
+
+
+def test_a_partitioned_host_is_fenced_out_and_its_in_flight_writes_are_read_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with rig(3, PARAMS, tmp_path) as r:
+        host_a, host_b, host_c = r.net.hosts
+        # Its poll far off: A claims when it is notified, so its claims can be timed.
+        a = r.start(host_a, OUTBOX_POLL_SECONDS="60")
+        r.wait_started(a)
+        held = dict(
+            zip(
+                [(kind, pause) for kind in KINDS for pause in PAUSES],
+                enqueue(r, [gated(kind, pause) for kind in KINDS for pause in PAUSES]),
+                strict=True,
+            )
+        )
+        arrivals = until(
+            "A at the four gates",
+            lambda: got if len(got := r.provider("/arrivals")["arrivals"]) == 4 else None,
+        )
+        assert set(arrivals.values()) == {a.pid}
+
+        # The database's answers to A are lost; its statements still run.
+        listen_port = until(
+            "A's LISTEN session",
+            lambda: r.scalar(
+                "SELECT client_port FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN %%' AND client_addr = %s",
+                (host_a.address,),
+            ),
+        )
+        r.net.cut_replies(host_a, r.db.port, spare=listen_port)
+        late = enqueue(
+            r,
+            [
+                ActionRequest(READBACK_KIND, f"lane-late-{i}", f"late-{i}", payload={"seq": 1})
+                for i in range(LATE)
+            ],
+        )
+        until(
+            "A's claim of the late actions, unanswered",
+            lambda: (
+                r.scalar(
+                    "SELECT count(*) FROM outbox.agent_action"
+                    " WHERE id = ANY(%s) AND state = 'EXECUTING' AND epoch = 1",
+                    (late,),
+                )
+                == LATE
+            ),
+        )
+
+        # The partition: A is cut off both ways; its writes in flight reach the provider.
+        r.net.cut(host_a)
+        for kind in KINDS:
+            r.provider("/release", {"key": f"gated-after_fence-{kind}"})
+        others = [r.start(host_b), r.start(host_c)]
+        r.wait_started(*others)
+        producer = Producer(PARAMS, r.url)
+        producer.start()
+        taken = [*late, *held.values()]
+        until(
+            "B and C to end what A held, after its leases ran out",
+            lambda: (
+                r.scalar(
+                    "SELECT count(*) FROM outbox.agent_action WHERE id = ANY(%s)"
+                    " AND state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')",
+                    (taken,),
+                )
+                == len(taken)
+            ),
+        )
+
+        r.net.heal(host_a)
+        for kind in KINDS:
+            r.provider("/release", {"key": f"gated-before_fence-{kind}"})
+        until(
+            "A to hear of its late claims and be refused at the fence",
+            lambda: all(f"action.abandoned action.id={i} " in a.log() for i in late),
+        )
+        producer.join(PARAMS.drain_seconds)
+        assert producer.error is None
+        until("every action to end", lambda: live_actions(r.url) == 0)
+        r.stop_all()
+
+        writes = r.writes()
+        rows = {row.id: row for row in read_actions(r.url)}
+        logs = {Path(e.log_file.name).name: e.log() for e in r.executors}
+        verdict = check(writes, rows.values(), at_most_once=[ONCE_KIND], logs=logs)
+        assert verdict.ok, f"{verdict.summary()}\nlogs: {tmp_path}"
+
+        def effects(action_id: int) -> list[tuple[int, int]]:
+            return [(w.pid, w.epoch) for w in writes if w.action_id == action_id and w.effect]
+
+        for action_id in late:  # refused at A's fence: only the next holder wrote
+            assert rows[action_id].state == "DONE" and rows[action_id].epoch >= 2
+            assert [pid != a.pid for pid, _ in effects(action_id)] == [True]
+        for kind in KINDS:  # held before its fence: one effect, not A's
+            row = rows[held[(kind, "before_fence")]]
+            assert row.state == "DONE", row
+            assert [pid != a.pid for pid, _ in effects(row.id)] == [True]
+        # A's write in flight: read back by the next holder, never written again.
+        row = rows[held[(READBACK_KIND, "after_fence")]]
+        assert (row.state, row.epoch >= 2) == ("DONE", True), row
+        assert effects(row.id) == [(a.pid, 1)]
+        row = rows[held[(ONCE_KIND, "after_fence")]]
+        assert (row.state, row.stop_reason) == ("UNCERTAIN", "LEASE_LOST_AFTER_WRITE"), row
+        assert effects(row.id) == [(a.pid, 1)]
+        with capsys.disabled():
+            print(f"\npartition: {verdict.figures}")

@@ -1,0 +1,1 @@
+"""Through PgBouncer: the paths that work in transaction pooling, and the executor's refusal."""
