@@ -154,6 +154,7 @@ def test_a_notice_with_only_aprepare_refuses_a_sync_enqueue_with_needs_async(
         ActionRequest("EMAIL", "l", "k", {"notice": "async_only", "event": {"account_id": 1}}),
         {"notice": "async_only", "event": {"account_id": 1}},
         notices.AccountCreated(account_id=1),
+        outbox_db.schema,
     )
     with outbox_db.connect() as conn, pytest.raises(NeedsAsync, match="await aenqueue_email"):
         run(conn, email_check_steps(AsyncOnlyNotice(), check))

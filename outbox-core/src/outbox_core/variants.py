@@ -133,9 +133,7 @@ class ActionVariants:
 
     def decode(self, payload: Any, idempotency_key: str, *, kind: str) -> BaseModel:
         """The payload as its model; :class:`InvalidRequest` (field ``payload`` or
-        ``idempotency_key``) when it does not fit. Messages never echo input values, but for
-        a tag's value that names no registered variant (a name the application's code chose,
-        which it must see to find its mistake)."""
+        ``idempotency_key``) when it does not fit. Messages never echo input values."""
         self.check_key(idempotency_key, kind=kind)
         if self.shape == "tagged":
             assert self.bodies is not None and self.tag is not None and self.body is not None
@@ -196,15 +194,20 @@ class ActionVariants:
             yield models
 
     def unregistered(self, value: Any, *, kind: str) -> str:
-        """What to say when a payload's tag names no registered variant: which value, which
-        are registered, and the usual cause (the registering module not loaded here)."""
+        """What to say when a payload's tag names no registered variant: which are registered,
+        the nearest of them, and the usual cause (the registering module not loaded here). The
+        value itself is not repeated: it is the payload's, and no payload value is ever in an
+        error (tests/security); the caller has it."""
+        from .settings import nearest
+
         assert self.bodies is not None and self.tag is not None
         known = [name for name in sorted(self.bodies) if name != self.placeholder]
         if not isinstance(value, str) or not value:
             named = f"the payload names no {self.tag} (its {self.tag!r} property)"
         else:
-            shown = value if len(value) <= 80 else value[:77] + "..."
-            named = f"no {self.tag} {shown!r} is registered for {kind}"
+            named = (
+                f"the payload's {self.tag} is not one registered for {kind}{nearest(value, known)}"
+            )
         return (
             f"{named}; registered ones are {', '.join(known) or 'none'}; is "
             "OUTBOX_APP_PLUGINS set in this process? (the modules that register them in code "
