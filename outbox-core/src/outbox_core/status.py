@@ -120,14 +120,19 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
     due_admitted: dict[str, int] = {}
     queries = outbox.queries
-    oldest_due: OldestDue | None = None
-    for kind, due, admitted, oldest, oldest_id, oldest_lane in conn.execute(
+    oldest: tuple[float, int, str] | None = None
+    for kind, due, admitted, age, age_id in conn.execute(
         queries["backlog_due"], {**params, "limit": None}
     ):
-        stats.setdefault(kind, {}).update(due=due, oldest_due_age_seconds=round(oldest, 3))
+        stats.setdefault(kind, {}).update(due=due, oldest_due_age_seconds=round(age, 3))
         due_admitted[kind] = admitted
-        if oldest_due is None or oldest > oldest_due.waited_seconds:
-            oldest_due = OldestDue(oldest_id, kind, oldest_lane, round(oldest, 3))
+        if oldest is None or age > oldest[0]:
+            oldest = (age, age_id, kind)
+    oldest_due = None
+    if oldest is not None:
+        row = conn.execute(queries["action_by_id"], {"id": oldest[1]}).fetchone()
+        lane = row[3] if row is not None else "(ended since)"
+        oldest_due = OldestDue(oldest[1], oldest[2], lane, round(oldest[0], 3))
     for kind, executing in conn.execute(queries["backlog_executing"], params):
         stats.setdefault(kind, {})["executing"] = executing
     for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):

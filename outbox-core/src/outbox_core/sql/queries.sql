@@ -523,7 +523,7 @@ UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
 -- name: backlog_due
 -- What "due" means, for every reader (the gauges, `outbox status`, the dashboard's oldest due
 -- action): by kind, for rows this build decodes, the lane heads that could start now, how long
--- the oldest of them has been due, and which it is (its id and lane). A head is due when it is
+-- the oldest of them has been due, and which it is (its id). A head is due when it is
 -- ADMITTED and due_at has come, or EXECUTING under a lease that ran out (a reclaim, or the
 -- reaper, takes it now); an
 -- action behind a head, or a head whose due time is still ahead (a backoff, a deferral, a
@@ -552,8 +552,11 @@ SELECT h.kind,
        count(*) AS due,
        count(*) FILTER (WHERE h.state = 'ADMITTED') AS due_admitted,
        coalesce(extract(epoch FROM now() - min(h.due_since)), 0)::float8 AS oldest_due_age,
-       (array_agg(h.id ORDER BY h.due_since, h.id))[1] AS oldest_due_id,
-       (array_agg(l.lane_key ORDER BY h.due_since, h.id))[1] AS oldest_due_lane
+       -- Which head that is, by the smallest (due time, id), in one pass: min() of an array
+       -- compares element by element, where array_agg(... ORDER BY) sorted every due head
+       -- (96 against 70 ms with 10,000 due heads read, bench/gauges.py claimable).
+       (min(ARRAY[extract(epoch FROM h.due_since)::float8, h.id::float8]))[2]::bigint
+           AS oldest_due_id
   FROM looks l
   LEFT JOIN LATERAL (
         SELECT e.id FROM {schema}.agent_action e
