@@ -22,6 +22,7 @@ from outbox_core import (
     Cancelled,
     Done,
     Failed,
+    Reread,
     Retry,
     StopReason,
 )
@@ -34,13 +35,16 @@ class LoopbackServer:
     """``POST /effects`` (header ``X-Key``) records one effect, ``GET /effects`` (same header)
     answers how many it holds, ``POST /model`` serves a call. ``fault()`` fails the next
     write: ``refuse`` (503, nothing recorded), ``drop`` (recorded, connection closed without a
-    word), ``stall`` (recorded, no answer until the server stops)."""
+    word), ``stall`` (recorded, no answer until the server stops); ``unreadable`` answers every
+    ``GET`` with a 503 until ``clear_faults()`` (``unreadable_reads`` counts them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()
         self._requests = 0
         self._faults: list[Fault] = []
+        self._unreadable = False
+        self.unreadable_reads = 0
         self._stopping = threading.Event()
         server = self
 
@@ -49,6 +53,9 @@ class LoopbackServer:
 
             def do_GET(self) -> None:
                 server._count()
+                if server._refuse_read():
+                    self._answer(503, b"unavailable")
+                    return
                 self._answer(200, str(server.held(self.headers["X-Key"])).encode())
 
             def do_POST(self) -> None:
@@ -93,6 +100,12 @@ class LoopbackServer:
         with self._lock:
             self._requests += 1
 
+    def _refuse_read(self) -> bool:
+        with self._lock:
+            if self._unreadable:
+                self.unreadable_reads += 1
+            return self._unreadable
+
     def _take(self) -> Fault | None:
         with self._lock:
             return self._faults.pop(0) if self._faults else None
@@ -116,11 +129,15 @@ class LoopbackServer:
 
     def fault(self, fault: Fault) -> None:
         with self._lock:
-            self._faults.append(fault)
+            if fault == "unreadable":
+                self._unreadable = True
+            else:
+                self._faults.append(fault)
 
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._unreadable = False
 
 
 class Note(BaseModel):
@@ -166,17 +183,30 @@ class LoopbackAdapter(ActionAdapter):
             finally:
                 writer.close()
 
-    async def held(self, attempt: ActionAttempt) -> bool:
-        await self.call("GET", attempt)
+    async def held(self, attempt: ActionAttempt) -> bool | Reread:
+        """Whether the provider holds the action's effect; a Reread when it cannot be read."""
+        status = await self.call("GET", attempt)
+        if status != 200:
+            return Reread(detail=f"GET /effects HTTP {status}: not read")
         return int(self.last_body or b"0") > 0
 
     async def write(self, attempt: ActionAttempt) -> AdapterResult:
         status = await self.call("POST", attempt)
-        return Retry() if status == 503 else Done(f"effect-{attempt.id}")
+        if status == 503:
+            return Retry(detail="POST /effects HTTP 503")
+        return Done(f"effect-{attempt.id}")
+
+    async def read_back(self, attempt: ActionAttempt) -> AdapterResult | None:
+        """Done when the provider holds the effect, a Reread when it cannot be read, None when
+        it holds nothing."""
+        held = await self.held(attempt)
+        if isinstance(held, Reread):
+            return held
+        return Done(f"effect-{attempt.id}") if held else None
 
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
-        if attempt.write_started and await self.held(attempt):
-            return Done(f"effect-{attempt.id}")
+        if attempt.write_started and (found := await self.read_back(attempt)) is not None:
+            return found
         if not await attempt.fence().begin_write():
             return Abandoned()
         return await self.write(attempt)
@@ -203,9 +233,8 @@ class LoopbackReadOnlyAdapter(LoopbackAdapter):
 
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         if attempt.write_started:
-            if await self.held(attempt):
-                return Done(f"effect-{attempt.id}")
-            return Cancelled(StopReason.ABSENT)
+            found = await self.read_back(attempt)
+            return found or Cancelled(StopReason.ABSENT, detail="not held by the provider")
         if not await attempt.fence().begin_write():
             return Abandoned()
         return await self.write(attempt)
@@ -276,6 +305,23 @@ class WritesAgainDespiteDeclaring(LoopbackAdapter):
     """Declares that it only reads after an unknown write, and writes again all the same."""
 
     writes_again_when_absent = False
+
+
+class FencesBeforeReadingBack(LoopbackAdapter):
+    """Calls begin_write() before it reads back: every Reread of an outage counts an attempt."""
+
+    async def execute(self, attempt: ActionAttempt) -> AdapterResult:
+        if not await attempt.fence().begin_write():
+            return Abandoned()
+        if attempt.write_started and (found := await self.read_back(attempt)) is not None:
+            return found
+        return await self.write(attempt)
+
+
+class RereadsWithoutADetail(LoopbackAdapter):
+    async def held(self, attempt: ActionAttempt) -> bool | Reread:
+        held = await super().held(attempt)
+        return Reread() if isinstance(held, Reread) else held
 
 
 class UndeclaredStopReason(LoopbackAdapter):

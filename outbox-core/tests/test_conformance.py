@@ -100,6 +100,16 @@ BROKEN: list[tuple[type[LoopbackAdapter], Check, str]] = [
         "an attempt that starts with write_started only reads",
     ),
     (
+        loopback.FencesBeforeReadingBack,
+        checks.a_read_back_outage_spends_no_attempt,
+        "a read-back outage does not end the action before the kind's unreadable_for",
+    ),
+    (
+        loopback.RereadsWithoutADetail,
+        checks.rereads_defers_and_failures_carry_a_detail,
+        "every Reread, Defer and Failed carries a detail",
+    ),
+    (
         loopback.UndeclaredStopReason,
         checks.variants_and_stop_reasons_are_declared,
         "the adapter's stop reasons are declared",

@@ -138,6 +138,14 @@ TABLE = [
         True,
     ),
     (
+        "reread-before-any-write-counts-as-there-is-nothing-to-read",
+        "TEST_SCRIPTED",
+        script(Reread(LATER)),
+        1,
+        {"state": "UNCERTAIN", "stop_reason": StopReason.ATTEMPTS_EXHAUSTED, "attempt": 1},
+        True,
+    ),
+    (
         "reread-of-at-most-once-kind",
         "TEST_ONCE",
         script(Reread(LATER), fence=True),
@@ -246,6 +254,79 @@ async def test_each_result_moves_the_action_as_the_table_says(
         assert adapter.endings[0][1:] == (expected["state"], expected["stop_reason"])
 
 
+def written_before(db: OutboxTestDatabase, action_id: int, ago: timedelta) -> None:
+    """An earlier attempt's write started ``ago`` before now, on the database clock: the
+    admitted action as a Defer after a Reread leaves it (waiting, its fence kept)."""
+    db.execute(
+        "UPDATE {schema}.agent_action SET write_started_at = now() - %s"
+        " WHERE id = %s AND state = 'ADMITTED'",
+        (ago, action_id),
+    )
+
+
+READ = Reread(detail="GET HTTP 503: not read")
+
+# The rows of the table for an attempt that starts after an earlier write (write_started):
+# (name, script, how long before the claim the write started, expected row subset, ended).
+# Reads are bounded by the kind's unreadable_for (15 minutes by default), not by attempts.
+TABLE_AFTER_A_WRITE = [
+    (
+        "reread-after-only-reading-counts-no-attempt",
+        script(READ),
+        timedelta(minutes=1),
+        {"state": "EXECUTING", "attempt": 0, "fenced": True, "leased": True},
+        False,
+    ),
+    (
+        "reread-after-only-reading-past-unreadable-for-is-readback-unavailable",
+        script(READ),
+        timedelta(minutes=16),
+        {"state": "UNCERTAIN", "stop_reason": StopReason.READBACK_UNAVAILABLE, "attempt": 1},
+        True,
+    ),
+    (
+        "exception-while-only-reading-counts-no-attempt",
+        script(Done(), raise_=True),
+        timedelta(minutes=1),
+        {"state": "EXECUTING", "attempt": 0, "fenced": True, "last_result": "Reread"},
+        False,
+    ),
+    (
+        "reread-after-writing-again-at-the-last-attempt",
+        script(READ, fence=True),
+        timedelta(minutes=1),
+        {"state": "UNCERTAIN", "stop_reason": StopReason.ATTEMPTS_EXHAUSTED, "attempt": 1},
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "run", "ago", "expected", "ended"),
+    TABLE_AFTER_A_WRITE,
+    ids=[t[0] for t in TABLE_AFTER_A_WRITE],
+)
+async def test_each_result_after_an_earlier_write_moves_the_action_as_the_table_says(
+    db: OutboxTestDatabase,
+    name: str,
+    run: Any,
+    ago: timedelta,
+    expected: dict[str, Any],
+    ended: bool,
+) -> None:
+    ScriptedAdapter.script = run
+    action_id = enqueue(db, max_attempts=1)
+    written_before(db, action_id, ago)
+    async with db.executor() as executor:
+        rows, _ = await executor.claims.claim(10)
+        assert [r[1] for r in rows] == [action_id]
+        await asyncio.gather(*executor.attempts.dispatch(rows))
+        await executor.settle()
+    got = row(db, action_id)
+    assert {key: got[key] for key in expected} == expected
+    assert [e[0] for e in ScriptedAdapter.endings] == ([action_id] if ended else [])
+
+
 async def test_the_attempt_after_a_reread_reads_back_first(db: OutboxTestDatabase) -> None:
     async def run(attempt: ActionAttempt) -> AdapterResult:
         if attempt.write_started:
@@ -275,7 +356,7 @@ async def test_an_exception_while_reading_back_an_earlier_write_keeps_the_fence(
 
     async def run(attempt: ActionAttempt) -> AdapterResult:
         if attempt.write_started:
-            if attempt.number == 2:
+            if len(ScriptedAdapter.calls) == 2:
                 raise ConnectionError("the read-back call failed")
             return Done("found-by-marker")
         assert await attempt.fence().begin_write()
@@ -299,9 +380,12 @@ async def test_an_exception_while_reading_back_an_earlier_write_keeps_the_fence(
     assert [c["write_started"] for c in ScriptedAdapter.calls] == [False, True, True]
 
 
-async def test_an_exception_while_reading_back_at_the_last_attempt_ends_uncertain(
+async def test_an_exception_while_reading_back_at_the_last_attempt_spends_no_attempt(
     db: OutboxTestDatabase,
 ) -> None:
+    """It ended the action UNCERTAIN ATTEMPTS_EXHAUSTED: a read-back outage spent the attempts.
+    An attempt that only read is bounded by the kind's read window instead."""
+
     async def run(attempt: ActionAttempt) -> AdapterResult:
         if attempt.write_started:
             raise ConnectionError("the read-back call failed")
@@ -310,13 +394,12 @@ async def test_an_exception_while_reading_back_at_the_last_attempt_ends_uncertai
 
     ScriptedAdapter.script = run
     action_id = enqueue(db, max_attempts=2)
-    await db.adrain()
-    await db.adrain()
+    for _ in range(4):
+        await db.adrain()
     got = row(db, action_id)
-    assert (got["state"], got["stop_reason"]) == ("UNCERTAIN", StopReason.ATTEMPTS_EXHAUSTED)
-    assert [e[1:] for e in ScriptedAdapter.endings] == [
-        ("UNCERTAIN", StopReason.ATTEMPTS_EXHAUSTED)
-    ]
+    assert (got["state"], got["attempt"], got["last_result"]) == ("EXECUTING", 1, "Reread")
+    assert [c["attempt"] for c in ScriptedAdapter.calls] == [1, 2, 2, 2]
+    assert ScriptedAdapter.endings == []
 
 
 async def test_a_retry_clears_the_fence_and_the_next_attempt_sees_no_earlier_write(

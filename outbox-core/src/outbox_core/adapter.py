@@ -96,6 +96,18 @@ class ActionAdapter(abc.ABC):
     undeclared; the executor does not read it, and the conformance suite fails the adapter."""
     retry_base: ClassVar[timedelta] = timedelta(seconds=5)
     retry_cap: ClassVar[timedelta] = timedelta(minutes=30)
+    unreadable_for: ClassVar[timedelta] = timedelta(minutes=15)
+    """For a read-back kind: how long the provider may stay unreadable after a write may have
+    started (from the action's ``write_started_at`` to an attempt's claim, both on the
+    database clock) before the action is given up as uncertain. An attempt that only reads and
+    returns ``Reread`` spends no attempt; once this has passed, it ends the action UNCERTAIN
+    with ``READBACK_UNAVAILABLE``. Set it from the provider's documented outages."""
+    reread_base: ClassVar[timedelta] = timedelta(seconds=1)
+    """The shortest wait the core picks after a ``Reread`` without ``after``."""
+    reread_cap: ClassVar[timedelta] = timedelta(minutes=2)
+    """The longest wait the core picks after a ``Reread`` without ``after``: between the two,
+    the wait grows with jitter as the action waits on reads (about half to all of the time
+    it has waited since its write started)."""
     default_max_attempts: ClassVar[int] = 5
 
     @classmethod
@@ -312,6 +324,9 @@ _CLASS_VALUES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("retained", bool, "True or False"),
     ("retry_base", timedelta, "a timedelta"),
     ("retry_cap", timedelta, "a timedelta"),
+    ("unreadable_for", timedelta, "a timedelta"),
+    ("reread_base", timedelta, "a timedelta"),
+    ("reread_cap", timedelta, "a timedelta"),
 )
 
 
@@ -342,6 +357,7 @@ def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
             f"{name} overrides check_enqueue but not acheck_enqueue: write the async form too "
             "(aenqueue runs it), or only acheck_enqueue when the check has no sync form"
         )
+    problems.extend(_reread_problems(adapter))
     attempts = adapter.default_max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         problems.append(f"{name}.default_max_attempts must be a whole number of at least 1")
@@ -352,6 +368,22 @@ def adapter_class_problems(adapter: type[ActionAdapter]) -> list[str]:
     if problem is not None:
         problems.append(problem)
     return problems
+
+
+def _reread_problems(adapter: type[ActionAdapter]) -> list[str]:
+    """What is wrong with the read-back waits and window (their types are checked above)."""
+    name, zero = adapter.__qualname__, timedelta(0)
+    values = (adapter.reread_base, adapter.reread_cap, adapter.unreadable_for)
+    if not all(isinstance(value, timedelta) for value in values):
+        return []
+    if adapter.reread_base <= zero or adapter.reread_cap < adapter.reread_base:
+        return [
+            f"{name}.reread_base ({adapter.reread_base}) must be above zero and at most "
+            f"reread_cap ({adapter.reread_cap})"
+        ]
+    if adapter.unreadable_for <= zero:
+        return [f"{name}.unreadable_for ({adapter.unreadable_for}) must be above zero"]
+    return []
 
 
 def has_own(adapter: type[ActionAdapter], hook: str) -> bool:

@@ -124,8 +124,9 @@ class ActionAttempt:
 
     @property
     def number(self) -> int:
-        """1 for the first attempt; a Defer does not count (nor a claim given back unstarted),
-        so the number repeats after one. See :attr:`run` for the count of runs."""
+        """1 for the first attempt; a Defer does not count (nor a claim given back unstarted,
+        nor a Reread from an attempt that only read back), so the number repeats after one.
+        See :attr:`run` for the count of runs."""
         return self.action.attempt
 
     @property
@@ -140,6 +141,9 @@ class ActionAttempt:
 
     @property
     def is_last(self) -> bool:
+        """This attempt is the last that may write: a Reread after its ``begin_write()`` ends
+        the action UNCERTAIN. An attempt that only reads back is not bounded by it but by the
+        kind's ``unreadable_for``: do not give up a read on ``is_last``."""
         return self.action.attempt >= self.action.max_attempts
 
     @property

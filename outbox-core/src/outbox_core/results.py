@@ -44,6 +44,9 @@ class StopReason:
     REFUSED_PROPOSAL: Final = "REFUSED_PROPOSAL"
     OPERATOR_CANCELLED: Final = "OPERATOR_CANCELLED"
     UNDECODABLE: Final = "UNDECODABLE"
+    # A read-back kind's provider stayed unreadable for longer than the kind's
+    # ``unreadable_for`` after its write may have started: given up as uncertain.
+    READBACK_UNAVAILABLE: Final = "READBACK_UNAVAILABLE"
 
     @classmethod
     def core(cls) -> frozenset[str]:
@@ -88,10 +91,23 @@ class Defer:
 @dataclass(frozen=True, slots=True)
 class Reread:
     """The effect may exist and the provider can be read back. The action stays EXECUTING
-    with its fence; the lease ends after ``after`` and the next attempt reads back first.
-    At the last attempt the action ends UNCERTAIN."""
+    with its fence; the lease ends after the wait and the next attempt reads back first.
 
-    after: timedelta = timedelta(seconds=30)
+    ``after``: None (the default, for "could not read, try again"), the core picks the wait:
+    it grows, with jitter, from the kind's ``reread_base`` towards its ``reread_cap`` as the
+    action waits on reads; a value is the adapter's own wait (a provider's ``Retry-After``, a
+    listing lag it knows), used as given, only cut so that it does not run past the end of
+    the kind's ``unreadable_for``.
+
+    Writes are bounded by attempts, reads by time: a Reread from an attempt that called
+    ``begin_write()`` counts an attempt, and at the last attempt the action ends UNCERTAIN
+    ``ATTEMPTS_EXHAUSTED`` (so does one when no write ever started: there is nothing to read
+    back); a Reread from an attempt that only read an earlier write counts none (as a Defer),
+    and once the provider has been unreadable for ``unreadable_for`` since the write started
+    (on the database clock) it ends UNCERTAIN ``READBACK_UNAVAILABLE``. Say in ``detail`` what
+    the read saw (``"conversations.history HTTP 503: not read"``)."""
+
+    after: timedelta | None = None
     detail: str | None = None
 
 

@@ -211,7 +211,9 @@ class Attempts:
             if problem is not None:
                 result = self._wrong_result(claimed, attempt, result, problem)
         rt.instruments.duration.record(time.perf_counter() - started, {"kind": claimed.kind})
-        facts = self._facts(claimed, adapter, fenced=attempt.fenced)
+        facts = self._facts(
+            claimed, adapter, fenced=attempt.fenced, began_write=attempt.fenced or attempt.refused
+        )
         ending = decide(facts, result)
         result_name = ending.result if ending is not None else "Abandoned"
         if isinstance(result, BaseException):
@@ -299,7 +301,8 @@ class Attempts:
         if counted:
             # As an exception before the write: a Retry after the kind's backoff (FAILED at the
             # last attempt), or a Reread when an earlier attempt's write may exist.
-            facts = self._facts(claimed, adapter, fenced=False)
+            # It called begin_write() (refused for the margin): a Reread of it counts too.
+            facts = self._facts(claimed, adapter, fenced=False, began_write=True)
             counted_ending = decide(facts, exception_result(facts))
             assert counted_ending is not None  # a Retry or a Reread always writes
             ending = counted_ending
@@ -318,13 +321,20 @@ class Attempts:
         self, claimed: ClaimedAction, adapter: ActionAdapter, after: timedelta, detail: str
     ) -> Ending:
         """The ending that puts a claimed action back, unstarted: a Defer, not counted."""
-        ending = decide(self._facts(claimed, adapter, fenced=False), Defer(after, detail=detail))
+        facts = self._facts(claimed, adapter, fenced=False, began_write=False)
+        ending = decide(facts, Defer(after, detail=detail))
         assert ending is not None  # a Defer always reschedules
         return ending
 
     def _facts(
-        self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool
+        self, claimed: ClaimedAction, adapter: ActionAdapter, *, fenced: bool, began_write: bool
     ) -> AttemptFacts:
+        # The claim's database time: every claim of this executor sets lease_until to its now()
+        # plus the lease it asks for (claims.py, endings.py); no Python clock is compared with a
+        # database time.
+        lease_until = claimed.lease_until
+        lease = timedelta(seconds=self.rt.settings.lease_seconds)
+        claimed_at = None if lease_until is None else lease_until - lease
         # Positional: a named tuple built from keywords takes half as long again.
         return AttemptFacts(
             claimed.id,
@@ -335,9 +345,14 @@ class Attempts:
             claimed.max_attempts,
             self.rt.entries[claimed.kind].adapter.at_most_once,
             fenced,
+            began_write,
             adapter.retry_base,
             adapter.retry_cap,
+            adapter.reread_base,
+            adapter.reread_cap,
+            adapter.unreadable_for,
             claimed.write_started_at,
+            claimed_at,
         )
 
     def _slots_for(self, kind: str) -> asyncio.Semaphore | None:

@@ -56,7 +56,7 @@ class Ending(NamedTuple):
 
 
 class AttemptFacts(NamedTuple):
-    """What decide() needs to know about the attempt."""
+    """What decide() needs to know about the attempt. Every time in it is the database's."""
 
     action_id: int
     kind: str
@@ -65,14 +65,38 @@ class AttemptFacts(NamedTuple):
     number: int
     max_attempts: int
     at_most_once: bool
+    # This attempt's begin_write() passed (its write may have reached the provider).
     fenced: bool
+    # This attempt called begin_write(), passed or refused: it meant to write, and its Reread
+    # counts an attempt.
+    began_write: bool
     retry_base: timedelta
     retry_cap: timedelta
+    reread_base: timedelta
+    reread_cap: timedelta
+    unreadable_for: timedelta
+    # The action's write_started_at as the claim read it: an earlier attempt's write may exist.
     prior_write: datetime | None = None
+    # When the claim took the action: its lease_until minus the lease it asked for.
+    claimed_at: datetime | None = None
 
     @property
     def is_last(self) -> bool:
         return self.number >= self.max_attempts
+
+    @property
+    def write_age(self) -> timedelta | None:
+        """How long before this attempt's claim the action's write started (its
+        ``write_started_at``); None when no earlier attempt's write may exist."""
+        if self.prior_write is None or self.claimed_at is None:
+            return None
+        return max(self.claimed_at - self.prior_write, timedelta(0))
+
+    @property
+    def reads_only(self) -> bool:
+        """This attempt did not call begin_write() and an earlier attempt's write may exist: it
+        only read back, and its Reread counts no attempt (the read window bounds it)."""
+        return not self.began_write and self.write_age is not None
 
 
 def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
@@ -80,6 +104,30 @@ def backoff(number: int, base: timedelta, cap: timedelta) -> timedelta:
     ceiling = min(cap.total_seconds(), base.total_seconds() * (2 ** max(number - 1, 0)))
     floor = min(base.total_seconds() / 2, ceiling)
     return timedelta(seconds=random.uniform(floor, ceiling))
+
+
+def reread_backoff(waited: timedelta, base: timedelta, cap: timedelta) -> timedelta:
+    """The wait the core picks after a Reread without its own ``after``: a random wait between
+    half of and all of the time the action has waited on reads so far, never below ``base`` nor
+    above ``cap``. Each read about doubles the time waited, so the reads thin out as an outage
+    lasts (with 1 s and 2 min: reads about 1, 2, 3.5, 6, 11, 19 s after the write, then
+    every 1-2 min, 17 to 21 reads in 15 minutes: docs/concepts.md, "Reading back"),
+    and actions whose answers were lost together do not read back in step."""
+    ceiling = min(cap, max(base, waited))
+    floor = max(base, ceiling / 2)
+    return timedelta(seconds=random.uniform(floor.total_seconds(), ceiling.total_seconds()))
+
+
+def reread_wait(facts: AttemptFacts, after: timedelta | None) -> timedelta:
+    """How long the lease of a Reread that does not end the action runs: the adapter's own
+    ``after``, or the core's growing wait; for an attempt that only read, cut so that the next
+    read comes no later than the end of the kind's ``unreadable_for``."""
+    age = facts.write_age
+    if after is None:
+        after = reread_backoff(age or timedelta(0), facts.reread_base, facts.reread_cap)
+    if age is not None and facts.reads_only:
+        after = min(after, facts.unreadable_for - age)
+    return after
 
 
 # Control characters (C0, DEL, C1) and the line and paragraph separators: a detail is one line.
@@ -162,11 +210,21 @@ def decide(facts: AttemptFacts, result: AdapterResult | BaseException) -> Ending
                 return ending(
                     ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.WRITE_UNCONFIRMED
                 )
-            if facts.is_last:
+            # Writes are bounded by attempts, reads by time.
+            if not facts.reads_only:
+                if facts.is_last:
+                    return ending(
+                        ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.ATTEMPTS_EXHAUSTED
+                    )
+                return ending(ActionState.EXECUTING, "Reread", delay=reread_wait(facts, after))
+            if facts.write_age is not None and facts.write_age >= facts.unreadable_for:
                 return ending(
-                    ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.ATTEMPTS_EXHAUSTED
+                    ActionState.UNCERTAIN, "Reread", stop_reason=StopReason.READBACK_UNAVAILABLE
                 )
-            return ending(ActionState.EXECUTING, "Reread", delay=after)
+            # An attempt that only read counts none, as a Defer.
+            return ending(
+                ActionState.EXECUTING, "Reread", delay=reread_wait(facts, after), uncount=1
+            )
         case Uncertain(reason=reason):
             return ending(ActionState.UNCERTAIN, "Uncertain", stop_reason=reason)
         case Failed(reason=reason):
@@ -203,7 +261,7 @@ def wrong_result(result: object) -> str | None:
                 _wrong_field("Defer.event", event, (str,), optional=True)
             )
         case Reread(after=after):
-            return _wrong_field("Reread.after", after, (timedelta,))
+            return _wrong_field("Reread.after", after, (timedelta,), optional=True)
         case Uncertain(reason=reason) | Failed(reason=reason) | Cancelled(reason=reason):
             return _wrong_field(f"{type(result).__name__}.reason", reason, (str,))
         case Abandoned():

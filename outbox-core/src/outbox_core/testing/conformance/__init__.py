@@ -89,6 +89,16 @@ class AdapterConformance:
     ) -> None:
         checks.an_attempt_after_a_started_write_reads_back_first(conformance_target)
 
+    def test_a_read_back_outage_spends_no_attempt(
+        self, conformance_target: ConformanceTarget
+    ) -> None:
+        checks.a_read_back_outage_spends_no_attempt(conformance_target)
+
+    def test_rereads_defers_and_failures_carry_a_detail(
+        self, conformance_target: ConformanceTarget
+    ) -> None:
+        checks.rereads_defers_and_failures_carry_a_detail(conformance_target)
+
     def test_variants_and_stop_reasons_are_declared(
         self, conformance_target: ConformanceTarget
     ) -> None:

@@ -1,4 +1,4 @@
-"""The conformance checks (one module, a little over 400 lines, so that the contract reads as one
+"""The conformance checks (one module, a little over 500 lines, so that the contract reads as one
 page): each a function of a :class:`ConformanceTarget` that raises
 :class:`ConformanceFailure` naming the rule the adapter broke.
 
@@ -9,8 +9,8 @@ specification says must follow, by the kind's profile (read-back, at-most-once, 
 nothing outside). Every check also keeps the rules of every run (:meth:`Run.verify`): the
 first ``begin_write()`` of an action comes before its first write, no request reaches the
 provider while ``attempt.transaction()`` is open or while ``ended`` runs, every stop reason is
-declared, and no log record and no result's detail kept on an action holds the payload's
-canary.
+declared, no log record and no result's detail kept on an action holds the payload's canary,
+and every ``Reread``, ``Defer`` and ``Failed`` carries a detail.
 """
 
 from __future__ import annotations
@@ -266,6 +266,87 @@ def _after_crash(run: Run, action_id: int, *, written: bool) -> None:
             _done_once(run, action_id, "a repeated attempt of a kind that writes nothing outside")
 
 
+def a_read_back_outage_spends_no_attempt(target: ConformanceTarget) -> None:
+    """A read-back kind's write lost its answer, and then the provider cannot be read for
+    longer than the action's attempts would last (twice its two attempts): each attempt that
+    only reads returns ``Reread`` without calling ``begin_write()``, spends no attempt and
+    leaves the action EXECUTING (reads are bounded by the kind's ``unreadable_for``, not by
+    attempts); once the provider is readable again, the next attempt finds the write, DONE
+    with one effect. Left out for a provider without a read of its own (its
+    ``fault("unreadable")`` raises NotImplementedError: writing again is its read-back)."""
+    with Run(target) as run:
+        if run.profile is not Profile.READ_BACK:
+            return
+        run.fault("drop")
+        action_id = run.enqueue("outage", max_attempts=2)
+        run.drain()
+        state, reason, counted, started = run.state(action_id)
+        run.expect(
+            state is EXECUTING and started,
+            "after the fence, a lost answer of a read-back kind is a Reread",
+            f"action {action_id} is {state} ({reason}), write started: {started}",
+        )
+        fences = len(run.fences_of(action_id))
+        if not run.unreadable():
+            return  # writing again is this kind's read-back: its Rereads all count
+        try:
+            for read in range(1, 5):
+                run.drain()
+                state, reason, now_counted, _ = run.state(action_id)
+                hint = (
+                    "the loopback provider's fault('unreadable') must fail every read-back "
+                    "until clear_faults() (or raise NotImplementedError when writing again is "
+                    "the kind's read-back)"
+                    if state is DONE
+                    else "return Reread(detail=...) when a read fails, without begin_write()"
+                )
+                run.expect(
+                    state is EXECUTING,
+                    "a read-back outage does not end the action before the kind's "
+                    "unreadable_for has passed",
+                    f"after {read} read(s) with the provider unreadable, action {action_id} is "
+                    f"{state} ({reason}): {hint}",
+                )
+                run.expect(
+                    len(run.fences_of(action_id)) == fences,
+                    "an attempt that only reads back calls no begin_write(), so its Reread "
+                    "spends no attempt",
+                    f"an attempt of action {action_id} fenced while the provider was unreadable",
+                )
+                run.expect(
+                    now_counted == counted,
+                    "an attempt that only reads back spends no attempt",
+                    f"action {action_id} counted {now_counted} attempts after {read} read(s), "
+                    f"{counted} before them",
+                )
+        finally:
+            run.readable()
+        run.drain()
+        _done_once(run, action_id, "once the provider is readable again, the write is found")
+
+
+def rereads_defers_and_failures_carry_a_detail(target: ConformanceTarget) -> None:
+    """Every ``Reread``, ``Defer`` and ``Failed`` the adapter returns says in ``detail`` what
+    the attempt saw (kept as the action's ``last_detail``): here after a lost answer, during a
+    read-back outage (read-back kinds) and after a refused write at the last attempt; the rule
+    also holds in every other check's run."""
+    with Run(target) as run:
+        run.fault("drop")
+        lost = run.enqueue("detail-lost", max_attempts=2)
+        run.drain()
+        outage = run.profile is Profile.READ_BACK and run.state(lost)[0] is EXECUTING
+        if outage and run.unreadable():
+            try:
+                run.drain()
+            finally:
+                run.readable()
+        run.drain()
+        run.fault("refuse")
+        run.enqueue("detail-refused", max_attempts=1)
+        run.drain()
+        run.verify_results_carry_details()
+
+
 def variants_and_stop_reasons_are_declared(target: ConformanceTarget) -> None:
     """``variants()`` is declared and enqueue refuses a payload outside it, writing nothing;
     the adapter's stop reasons are declared upper-case names, and every stop reason its
@@ -445,6 +526,8 @@ CHECKS: tuple[Callable[[ConformanceTarget], None], ...] = (
     an_exception_before_the_fence_is_a_retry,
     an_exception_after_the_fence_is_a_reread_or_uncertain,
     an_attempt_after_a_started_write_reads_back_first,
+    a_read_back_outage_spends_no_attempt,
+    rereads_defers_and_failures_carry_a_detail,
     variants_and_stop_reasons_are_declared,
     ended_runs_for_every_ending_and_calls_no_provider,
     no_provider_request_inside_the_attempt_transaction,

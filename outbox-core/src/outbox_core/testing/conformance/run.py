@@ -13,7 +13,9 @@ from typing import Any
 from ...action import Action
 from ...adapter import ActionAdapter
 from ...errors import InvalidRequest
+from ...executor.outcomes import clean_detail
 from ...requests import ActionRequest
+from ...results import Defer, Failed, Reread
 from ...states import ActionState
 from .probe import (
     AttemptRecord,
@@ -119,6 +121,19 @@ class Run:
     def fault(self, fault: Fault) -> None:
         self.provider.fault(fault)
 
+    def unreadable(self) -> bool:
+        """Make every read-back of the provider fail until :meth:`readable`; False when the
+        provider has no read of its own (its ``fault("unreadable")`` raised
+        NotImplementedError)."""
+        try:
+            self.provider.fault("unreadable")
+        except NotImplementedError:
+            return False
+        return True
+
+    def readable(self) -> None:
+        self.provider.clear_faults()
+
     def break_fence(self, mode: FenceMode) -> None:
         self.recorder.fence_faults.append(mode)
 
@@ -205,6 +220,7 @@ class Run:
         self.verify_stop_reasons()
         self.verify_logs()
         self.verify_details()
+        self.verify_results_carry_details()
 
     def verify_fences(self) -> None:
         for action_id in self.recorder.requests_by_id:
@@ -285,6 +301,23 @@ class Run:
             "no payload value appears in a result's detail",
             f"the payload's canary string is in the last_detail of action(s) "
             f"{[row[0] for row in rows][:5]}",
+        )
+
+    def verify_results_carry_details(self) -> None:
+        """Every Reread, Defer and Failed the adapter returned says what the attempt saw: the
+        action keeps it as ``last_detail``, the one thing an operator reads about an action
+        that waits on a read-back or ended without its effect."""
+        bare = [
+            f"{type(record.result).__name__} of action {record.action_id}"
+            for record in self.recorder.attempts
+            if isinstance(record.result, Reread | Defer | Failed)
+            and clean_detail(record.result.detail) is None
+        ]
+        self.expect(
+            not bare,
+            "every Reread, Defer and Failed carries a detail",
+            f"{', '.join(bare[:5])} came without one: say what the attempt saw, with the "
+            "provider's code (detail='conversations.history HTTP 503: not read')",
         )
 
 

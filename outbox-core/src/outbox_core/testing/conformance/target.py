@@ -14,12 +14,17 @@ from ...requests import ActionRequest
 if TYPE_CHECKING:
     from ..database import OutboxTestDatabase
 
-Fault = Literal["refuse", "drop", "stall"]
+Fault = Literal["refuse", "drop", "stall", "unreadable"]
 """What the loopback provider does to the next write: ``refuse`` it before it is recorded (a
 transient refusal: the provider provably holds nothing, such as a 503 or an SMTP 451),
 ``drop`` the connection after recording it (the client sees a disconnect or an error), or
 ``stall`` after recording it (the answer never comes; the adapter's own timeout must end the
-call)."""
+call). ``unreadable`` is a switch, not a fault of the next write: from then until
+``clear_faults()``, every read the adapter makes to find an earlier write fails as the
+provider's outages do (a 5xx, a dropped listing), and writes are untouched. The suite uses
+it on read-back kinds only; a provider that has no read of its own (a receiver that dedupes on
+the idempotency key, so that writing again is the read-back) raises ``NotImplementedError``
+for it, and the suite leaves out what it would check."""
 
 
 class LoopbackProvider(Protocol):
@@ -37,7 +42,8 @@ class LoopbackProvider(Protocol):
         ...
 
     def fault(self, fault: Fault) -> None:
-        """Make the next write fail so (see :data:`Fault`); later writes succeed again."""
+        """Make the next write fail so (see :data:`Fault`); later writes succeed again. For
+        ``unreadable``: make every read-back fail until :meth:`clear_faults`."""
         ...
 
     def clear_faults(self) -> None: ...
