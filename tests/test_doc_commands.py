@@ -13,16 +13,11 @@ import os
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
-
-from outbox_core.testing.database import find_server, with_database
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -81,21 +76,6 @@ def test_every_shell_block_runs_or_says_why_not() -> None:
             reason = block.marker.removeprefix("skip:").strip()
             assert block.marker.startswith("skip:") and reason, (
                 f"{block.name}: a doc-test marker is `skip: <why>`, not {block.marker!r}"
-            )
-
-
-@pytest.fixture
-def empty_database() -> Iterator[str]:
-    admin_url, _ = find_server()
-    name = f"outbox_doc_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield with_database(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
 

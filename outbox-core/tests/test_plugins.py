@@ -104,7 +104,7 @@ def test_a_plugin_can_be_blocked_by_its_distribution_name_or_left_out_of_an_allo
     monkeypatch.setenv("OUTBOX_DISABLE_PLUGINS", "outbox-fake")
     assert "FAKE_KIND" not in load_plugins().registry
     monkeypatch.delenv("OUTBOX_DISABLE_PLUGINS")
-    monkeypatch.setenv("OUTBOX_PLUGINS", "nothing-else")
+    monkeypatch.setenv("OUTBOX_PLUGINS", "")  # an empty allowlist lets no installed plugin in
     assert "FAKE_KIND" not in load_plugins().registry
     monkeypatch.setenv("OUTBOX_PLUGINS", "fake")
     assert "FAKE_KIND" in load_plugins().registry
@@ -302,3 +302,47 @@ def test_a_hook_that_names_context_gets_its_plugin_its_host_and_its_own_state() 
     assert seen[2].pluginmanager is second.pluginmanager
     assert first.plugin_state["app"] == {"collected": ["from add_hookspecs", "from register_kinds"]}
     assert second.plugin_state["app"] is not first.plugin_state["app"]  # one state per host
+
+
+def test_an_allowlist_naming_no_installed_plugin_is_an_error_naming_the_nearest(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OUTBOX_PLUGINS=faek`` would start an executor serving none of the plugin's kinds."""
+    from outbox_core import ConfigurationError
+
+    install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+    monkeypatch.setenv("OUTBOX_PLUGINS", "faek")
+    with pytest.raises(ConfigurationError) as refused:
+        load_plugins()
+    message = str(refused.value)
+    assert message.startswith(
+        "OUTBOX_PLUGINS: no installed plugin is named 'faek' (did you mean 'fake'?); installed: "
+    )
+    assert "fake" in message.split("installed: ", 1)[1]
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["run"]], ids=" ".join)
+def test_outbox_plugins_and_outbox_run_refuse_an_allowlist_typo_in_one_line(
+    site: Path, command: list[str]
+) -> None:
+    install_fake_distribution(site, "outbox-fake", "outbox_fake_plugin", GOOD_PLUGIN)
+    completed = subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            "PYTHONPATH": str(site),
+            "PATH": "/usr/bin:/bin",
+            "OUTBOX_PLUGINS": "faek",
+            "OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/never-reached",
+        },
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr.splitlines() == [completed.stderr.splitlines()[0]], completed.stderr
+    assert completed.stderr.startswith(
+        "outbox: error: configuration: OUTBOX_PLUGINS: no installed plugin is named 'faek' "
+        "(did you mean 'fake'?)"
+    )
+    assert completed.stdout == ""

@@ -97,11 +97,15 @@ def test_an_application_that_configured_logging_keeps_it(
     own = logging.NullHandler()
     monkeypatch.setattr(root, "handlers", [own])
     monkeypatch.setattr(root, "level", logging.ERROR)
+    monkeypatch.setattr(logging.getLogger("outbox"), "level", logging.NOTSET)
     assert configure_logging("DEBUG", "json") is False
     assert root.handlers == [own] and root.level == logging.ERROR
+    assert logging.getLogger("outbox").level == logging.NOTSET
     monkeypatch.setattr(root, "handlers", [])
     assert configure_logging("DEBUG", "json") is True
-    assert len(root.handlers) == 1 and root.level == logging.DEBUG
+    # outbox's own records from DEBUG, the libraries' from WARNING (--library-log-level).
+    assert len(root.handlers) == 1 and root.level == logging.WARNING
+    assert logging.getLogger("outbox").level == logging.DEBUG
 
 
 def _progress(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -177,8 +181,57 @@ async def test_a_busy_executor_logs_its_counts_each_period_and_then_falls_quiet(
 def test_run_with_no_kind_to_run_says_so(db: OutboxTestDatabase) -> None:
     """No plugin registers a kind (only the core is installed, or every plugin is blocked):
     the executor runs, and its first line says why it will do nothing."""
-    stderr = run_until_listening(db, env={"OUTBOX_APP_PLUGINS": "", "OUTBOX_PLUGINS": "none"})
+    stderr = run_until_listening(db, env={"OUTBOX_APP_PLUGINS": "", "OUTBOX_PLUGINS": ""})
     [warning] = [line for line in stderr.splitlines() if "executor.kinds.none" in line]
     assert " WARNING outbox executor.kinds.none detail=no installed plugin registers a kind" in (
         warning
+    )
+
+
+def _run_once(db: OutboxTestDatabase, *args: str) -> str:
+    """``outbox run --once``; its stderr."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_core.cli", "run", "--once", *args],
+        env={**env, "OUTBOX_DATABASE_URL": db.url, "OUTBOX_PLUGINS": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_the_libraries_info_lines_are_logged_only_when_asked(db: OutboxTestDatabase) -> None:
+    """psycopg.pool logs a line at INFO for every connection the executor takes from its pool:
+    not in outbox run's log unless --library-log-level asks (then psycopg's own WARNING, set
+    when it is imported, gives way too). httpx's line per request: tests/test_run_library_logs."""
+    assert " psycopg.pool " not in _run_once(db)
+    asked = _run_once(db, "--library-log-level", "INFO")
+    assert " INFO psycopg.pool connection requested from 'outbox-executor'" in asked, asked
+
+
+def test_the_text_format_puts_a_librarys_message_of_several_lines_on_one_line() -> None:
+    from outbox_core.observability import TextFormatter
+
+    record = logging.LogRecord(
+        "psycopg.pool",
+        logging.WARNING,
+        __file__,
+        1,
+        "error connecting in %r: %s",
+        (
+            "pool-1",
+            'connection to server at "db" failed: Connection refused\n\tIs the server '
+            "running on that host and accepting TCP/IP connections?\n",
+        ),
+        None,
+    )
+    line = TextFormatter().format(record)
+    assert "\n" not in line
+    assert line.endswith(
+        "WARNING psycopg.pool error connecting in 'pool-1': connection to server at \"db\" "
+        "failed: Connection refused Is the server running on that host and accepting TCP/IP "
+        "connections?"
     )

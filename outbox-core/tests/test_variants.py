@@ -52,6 +52,40 @@ def test_tagged_derives_one_alternative_per_tag() -> None:
     assert '($."notice" == "welcome" && ($."event"."shade" == "light"' in path
 
 
+def test_a_tag_naming_no_registered_variant_names_the_registered_ones_the_nearest_and_the_cause() -> (
+    None
+):
+    variants = ActionVariants.tagged("notice", "event", {"welcome": Inner, "bye": Paint})
+    with pytest.raises(InvalidRequest) as refused:
+        variants.decode({"notice": "welcom", "event": {}}, "k", kind="EMAIL")
+    assert refused.value.field == "payload.notice"
+    assert str(refused.value).startswith(
+        "payload.notice: the payload's notice is not one registered for EMAIL (did you mean "
+        "'welcome'?); registered ones are bye, welcome; is OUTBOX_APP_PLUGINS set in this "
+        "process?"
+    )
+    with pytest.raises(InvalidRequest, match="the payload names no notice"):
+        variants.decode({"event": {}}, "k", kind="EMAIL")
+
+
+def test_a_tag_naming_no_registered_variant_is_not_repeated_in_the_error() -> None:
+    """A payload value is never in an error (tests/security), the tag's included."""
+    variants = ActionVariants.tagged("notice", "event", {"welcome": Inner})
+    with pytest.raises(InvalidRequest) as refused:
+        variants.decode({"notice": "ada@example.com", "event": {}}, "k", kind="EMAIL")
+    assert "ada@example.com" not in str(refused.value)
+
+
+def test_a_placeholder_variant_is_never_offered_as_registered() -> None:
+    variants = ActionVariants.tagged("notice", "event", {"none:yet": Inner}, placeholder="none:yet")
+    with pytest.raises(InvalidRequest) as refused:
+        variants.decode({"notice": "welcome", "event": {}}, "k", kind="EMAIL")
+    assert "registered ones are none;" in str(refused.value)
+    assert "none:yet" not in str(refused.value)
+    with pytest.raises(ValueError, match="the placeholder is one of the declared tag values"):
+        ActionVariants.tagged("notice", "event", {"a": Inner}, placeholder="b")
+
+
 def test_key_suffix_derives_a_pattern_for_the_last_segment() -> None:
     variants = ActionVariants.key_suffix(["send", "edit.v2"], Inner)
     assert variants.key_pattern() == r"(^|:)(edit\.v2|send)$"

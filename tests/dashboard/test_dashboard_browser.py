@@ -97,9 +97,10 @@ def test_each_panel_shows_the_right_counts(
         assert text(browser, f"count-{kind}-{state}") == str(count), (kind, state)
     assert text(browser, "total-DONE") == "3"
     assert f"action {seeded.admitted_due} " in text(browser, "oldest-due")
-    assert text(browser, "blocked-count") == "1"
+    # The lane keyed "blocked" waits for a head due in an hour: scheduled, not blocked.
+    assert (text(browser, "blocked-count"), text(browser, "scheduled-count")) == ("0", "1")
     (lane,) = texts(browser, "tr.blocked-lane")
-    assert lane.split()[:3] == ["blocked", str(seeded.waiting_head), "DASH_OTHER"]
+    assert lane.split()[:4] == ["blocked", str(seeded.waiting_head), "DASH_OTHER", "scheduled"]
     assert "head waits until" in lane
     (uncertain,) = texts(browser, "tr.uncertain-action")
     assert uncertain.split()[:3] == [str(seeded.uncertain), "DASH_OTHER", "unsure"]
@@ -189,3 +190,43 @@ def test_the_token_is_required_when_configured(
     assert text(browser, "notice").startswith(f"cancelled action {seeded.proposed} ")
     wait_for(browser, "the live stream connects", lambda: text(browser, "live") == "live")
     browser.delete_all_cookies()
+
+
+def test_at_1400_px_the_since_and_ended_columns_are_not_clipped(
+    browser: WebDriver, served: Served, db: OutboxTestDatabase
+) -> None:
+    """Long lane keys (an application's own strings) wrap; the times beside them stay whole
+    and inside their panel."""
+    from datetime import timedelta
+
+    from .conftest import Demo
+
+    lane = "tenant-4711/" + "customer-" * 14
+    later = db.scalar("SELECT now()") + timedelta(hours=1)
+    with db.connect() as conn:
+        db.outbox.enqueue(
+            conn, ActionRequest("DASH_OTHER", lane, "unsure", Demo(outcome="uncertain"))
+        )
+        conn.commit()
+    db.drain()
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("DASH_DEMO", lane, "head", not_before=later))
+        db.outbox.enqueue(conn, ActionRequest("DASH_DEMO", lane, "behind"))
+        conn.commit()
+    browser.set_window_size(1400, 1500)
+    try:
+        browser.get(served.url)
+        for panel, row in (("blocked", "tr.blocked-lane"), ("uncertain", "tr.uncertain-action")):
+            overflow, sticking_out, shown = browser.execute_script(
+                "var p = document.getElementById(arguments[0]);"
+                "var c = p.querySelector(arguments[1] + ' td:last-child');"
+                "return [p.scrollWidth - p.clientWidth,"
+                " c.getBoundingClientRect().right - p.getBoundingClientRect().right,"
+                " c.innerText];",
+                panel,
+                row,
+            )
+            assert overflow <= 0 and sticking_out <= 0.5, (panel, overflow, sticking_out)
+            assert len(shown.strip()) == len("2026-12-02 14:44:23"), (panel, shown)
+    finally:
+        browser.set_window_size(1280, 1500)

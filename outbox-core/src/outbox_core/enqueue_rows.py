@@ -1,5 +1,10 @@
 """Requests checked against their kinds, and what the enqueue statements read.
 
+Longer than 450 lines on purpose: a request's checks and the columns the statements read are
+one contract, field by field (what a column may hold is what its check lets through, and a
+batch's column check must refuse what the one-request check refuses); kept together, a new
+field is one edit in one file.
+
 ``enqueue`` sends its request as one JSON array and ``enqueue_many`` its batch as one JSON
 document of columns (``sql/queries.sql``): one parameter for psycopg to adapt and one call of
 the JSON encoder, where a parameter per field cost psycopg a dumper each and a batch's rows cost

@@ -34,6 +34,17 @@ from .errors import MigrationError
 from .observability import event
 from .sqlfiles import quote_schema, render
 
+# What PostgreSQL answers when a schema, table, column, function or type that a migration
+# creates is not there: the database was never migrated (or not with this schema name), or not
+# since this build was installed.
+MISSING_OBJECT = (
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedObject,
+)
+
 CORE_LINE = "core"
 # The first line of a file that runs outside a transaction (a BOM and spacing forgiven).
 _NO_TRANSACTION = re.compile(

@@ -67,10 +67,18 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, No
 
 class TextFormatter(logging.Formatter):
     """``2026-01-31T12:00:00.123Z INFO outbox executor.started kinds=...``: the time in UTC,
-    the level, the logger and the message (an event's name and fields)."""
+    the level, the logger and the message (an event's name and fields), on one line: a
+    library's message of several lines (libpq's errors in psycopg.pool's warnings) is joined
+    into one. A traceback, when one is attached, follows on its own lines."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        line = super().formatMessage(record)
+        if "\n" not in line:
+            return line
+        return " ".join(part.strip() for part in line.splitlines() if part.strip())
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         return _utc(record.created)
@@ -109,11 +117,16 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def configure_logging(level: str = "INFO", log_format: str = "text") -> bool:
+def configure_logging(
+    level: str = "INFO", log_format: str = "text", libraries: str = "WARNING"
+) -> bool:
     """For a process that runs the executor and nothing else (``outbox run``): when the root
     logger has no handler, install one on stderr (``text`` or ``json``, :class:`TextFormatter`,
-    :class:`JsonFormatter`) at ``level``, and return True. An application that configured its
-    own logging keeps it (False: nothing is changed)."""
+    :class:`JsonFormatter`), log outbox's own records (logger ``outbox``) from ``level`` and
+    every other logger's (the libraries': httpx's line per request, psycopg.pool's lines per
+    connection, slack_sdk's, ...) from ``libraries`` or ``level``, whichever is higher, and
+    return True. An application that configured its own logging keeps it (False: nothing is
+    changed)."""
     import sys
 
     root = logging.getLogger()
@@ -122,7 +135,13 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> bool:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
-    root.setLevel(level)
+    own = logging.getLevelName(level.upper())
+    quiet = logging.getLevelName(libraries.upper())
+    root.setLevel(max(own, quiet))
+    logger.setLevel(own)
+    if quiet < logging.WARNING:
+        # psycopg sets its own logger to WARNING when it is imported: asked for less, it follows.
+        logging.getLogger("psycopg").setLevel(logging.NOTSET)
     return True
 
 

@@ -4,8 +4,9 @@ register.
 No plugin manager exists at import time: :func:`make_plugin_manager` builds one and
 :func:`load_plugins` (idempotent, cached per environment) loads the installed plugins.
 ``OUTBOX_DISABLE_PLUGINS`` (comma-separated names) blocks plugins on purpose;
-``OUTBOX_PLUGINS``, when set, is an allowlist. A name is the entry point name (``email``) or
-the distribution name (``outbox-email``).
+``OUTBOX_PLUGINS``, when set, is an allowlist (empty: no installed plugin), and a name in it
+that no installed plugin has is a :class:`ConfigurationError`. A name is the entry point name
+(``email``) or the distribution name (``outbox-email``).
 
 ``OUTBOX_APP_PLUGINS`` (comma-separated module names, ``myapp.outbox_plugin``) names modules of
 the application that implement hooks like a plugin: each is imported and registered after the
@@ -31,7 +32,7 @@ import pluggy
 
 from . import hookspecs
 from .adapter import ActionAdapter
-from .errors import PluginLoadError, RegistrationError
+from .errors import ConfigurationError, PluginLoadError, RegistrationError
 from .hookspecs import RegistrationContext
 from .migrations import MigrationLine, core_line, ordered
 from .person_data import PersonDataCatalog
@@ -122,27 +123,37 @@ def _import_app_plugin(name: str) -> ModuleType:
         ) from exc
 
 
-def _warn_unknown_names(
+def _check_names(
     entry_points: list[metadata.EntryPoint],
     apps: list[str],
     disabled: set[str],
     allowed: set[str] | None,
 ) -> None:
-    """A name in OUTBOX_DISABLE_PLUGINS or OUTBOX_PLUGINS that names no installed plugin (a
-    typo blocks nothing, or lets nothing in) is a warning, ``plugins.name.unknown``."""
+    """A name in OUTBOX_PLUGINS that names no installed plugin is an error: the plugin meant
+    (a typo, ``emial``) would not load, and an executor would serve none of its kinds. A name in
+    OUTBOX_DISABLE_PLUGINS that names none blocks nothing, and is a warning,
+    ``plugins.name.unknown`` (a blocklist shared by builds may name a plugin this one lacks)."""
     from .settings import nearest, warn_once
 
     known = {ep.name for ep in entry_points} | set(apps)
     known |= {ep.dist.name for ep in entry_points if ep.dist is not None}
-    for variable, names in ((DISABLE_VARIABLE, disabled), (ALLOW_VARIABLE, allowed or set())):
-        for name in sorted(names - known):
-            warn_once(
-                "plugins.name.unknown",
-                variable=variable,
-                plugin=name,
-                detail=f"no installed plugin has this name{nearest(name, known)}; installed: "
-                f"{', '.join(sorted(known)) or 'none'}",
-            )
+    installed = ", ".join(sorted(known)) or "none"
+    unknown = sorted((allowed or set()) - known)
+    if unknown:
+        named = "; ".join(f"{name!r}{nearest(name, known)}" for name in unknown)
+        raise ConfigurationError(
+            f"{ALLOW_VARIABLE}: no installed plugin is named {named}; installed: {installed} (a "
+            f"plugin's entry point or distribution name; {ALLOW_VARIABLE}= with nothing after "
+            "it loads none)"
+        )
+    for name in sorted(disabled - known):
+        warn_once(
+            "plugins.name.unknown",
+            variable=DISABLE_VARIABLE,
+            plugin=name,
+            detail=f"no installed plugin has this name{nearest(name, known)}; installed: "
+            f"{installed}",
+        )
 
 
 def make_plugin_manager() -> pluggy.PluginManager:
@@ -171,7 +182,7 @@ def build_host(
     apps = list(app_plugins) if app_plugins is not None else listed(APP_VARIABLE) or []
     loaded: list[tuple[PluginInfo, object]] = []
     entry_points = _entry_points() if use_entry_points else []
-    _warn_unknown_names(entry_points, apps, disabled, allowed)
+    _check_names(entry_points, apps, disabled, allowed if use_entry_points else None)
     for ep in entry_points:
         dist = ep.dist.name if ep.dist is not None else "(unknown)"
         version = ep.dist.version if ep.dist is not None else "unknown"

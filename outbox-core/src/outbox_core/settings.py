@@ -418,7 +418,10 @@ class OutboxSettings(SectionSettings):
         except ProgrammingError as exc:
             # libpq's message names the bad part, and for a URI quotes it whole: with the
             # password. It is said without the URL.
-            raise ValueError(f"malformed ({hide_url(str(exc).strip(), text)})") from None
+            raise ValueError(
+                f"malformed ({hide_url(str(exc).strip(), text)}); expected a URL such as "
+                "postgresql://user:password@host:5432/dbname"
+            ) from None
         hosts = str(params.get("host") or params.get("hostaddr") or "").split(",")
         attrs = params.get("target_session_attrs")
         if len(hosts) > 1 and attrs not in MULTI_HOST_ATTRS:

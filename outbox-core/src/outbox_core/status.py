@@ -22,8 +22,9 @@ class KindStatus:
     executing: int = 0
     oldest_due_age_seconds: float = 0.0
     uncertain: int = 0
-    lanes_blocked: int = 0
+    lanes_blocked: int = 0  # every lane held by its head (as the gauge counts them) ...
     proposed: int = 0
+    lanes_scheduled: int = 0  # ... of which those whose head is only due later
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,31 @@ class BlockedLane:
     head_due: datetime | None  # None for a proposal: no due time until it is admitted
     foreign_head: bool
     since: datetime
+
+    @property
+    def scheduled(self) -> bool:
+        """The head is due later (a not_before, a backoff, a deferral) and will run then: the
+        lane is scheduled, not blocked (a proposal or a head from a newer build waits for
+        someone else)."""
+        return not self.foreign_head and self.head_due is not None
+
+    @property
+    def why(self) -> str:
+        if self.foreign_head:
+            return "head from a newer build"
+        if self.head_due is None:
+            return "head is a proposal, not yet admitted or refused"
+        return f"head waits until {self.head_due:%Y-%m-%d %H:%M:%S}"
+
+
+@dataclass(frozen=True, slots=True)
+class OldestDue:
+    """The lane head that has been due the longest, of every kind (``backlog_due``)."""
+
+    id: int
+    kind: str
+    lane_key: str
+    waited_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +86,7 @@ class StatusReport:
     stopped: list[StoppedKind] = field(default_factory=list)
     retrying: list[LastAttempt] = field(default_factory=list)
     failed: list[LastAttempt] = field(default_factory=list)
+    oldest_due: OldestDue | None = None
 
     def as_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -77,6 +104,7 @@ class StatusReport:
             "recent_failures": [
                 {key: plain(value) for key, value in asdict(row).items()} for row in self.failed
             ],
+            "oldest_due": None if self.oldest_due is None else asdict(self.oldest_due),
         }
 
 
@@ -92,11 +120,19 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
     due_admitted: dict[str, int] = {}
     queries = outbox.queries
-    for kind, due, admitted, oldest in conn.execute(
+    oldest: tuple[float, int, str] | None = None
+    for kind, due, admitted, age, age_id in conn.execute(
         queries["backlog_due"], {**params, "limit": None}
     ):
-        stats.setdefault(kind, {}).update(due=due, oldest_due_age_seconds=round(oldest, 3))
+        stats.setdefault(kind, {}).update(due=due, oldest_due_age_seconds=round(age, 3))
         due_admitted[kind] = admitted
+        if oldest is None or age > oldest[0]:
+            oldest = (age, age_id, kind)
+    oldest_due = None
+    if oldest is not None:
+        row = conn.execute(queries["action_by_id"], {"id": oldest[1]}).fetchone()
+        lane = row[3] if row is not None else "(ended since)"
+        oldest_due = OldestDue(oldest[1], oldest[2], lane, round(oldest[0], 3))
     for kind, executing in conn.execute(queries["backlog_executing"], params):
         stats.setdefault(kind, {})["executing"] = executing
     for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):
@@ -109,15 +145,16 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         stats.setdefault(kind, {})["uncertain"] = count
     blocked: list[BlockedLane] = []
     counts: dict[str, int] = {}
+    scheduled: dict[str, int] = {}
     rows = conn.execute(outbox.queries["blocked_lanes"], {**params, "limit": 100_000}).fetchall()
     for kind, lane_key, head_id, head_state, head_due, since, foreign in rows:
+        lane = BlockedLane(lane_key, head_id, kind, head_state, head_due, foreign, since)
         counts[kind] = counts.get(kind, 0) + 1
+        scheduled[kind] = scheduled.get(kind, 0) + lane.scheduled
         if len(blocked) < lanes:
-            blocked.append(
-                BlockedLane(lane_key, head_id, kind, head_state, head_due, foreign, since)
-            )
+            blocked.append(lane)
     for kind, count in counts.items():
-        stats.setdefault(kind, {})["lanes_blocked"] = count
+        stats.setdefault(kind, {}).update(lanes_blocked=count, lanes_scheduled=scheduled[kind])
     retrying = [
         LastAttempt(*row) for row in conn.execute(queries["retrying_actions"], {"limit": lanes})
     ]
@@ -130,6 +167,7 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         stopped=check_kinds(registry, outbox.settings),
         retrying=retrying,
         failed=failed,
+        oldest_due=oldest_due,
     )
 
 
@@ -171,17 +209,11 @@ def print_status(report: StatusReport) -> None:
         for column in ("lane", "head", "head kind", "why", "since"):
             lanes.add_column(column)
         for lane in report.blocked:
-            if lane.foreign_head:
-                why = "head from a newer build"
-            elif lane.head_due is None:
-                why = "head is a proposal, not yet admitted or refused"
-            else:
-                why = f"head waits until {lane.head_due:%Y-%m-%d %H:%M:%S}"
             lanes.add_row(
                 Text(lane.lane_key),  # the application's string, not markup
                 str(lane.head_id),
                 Text(lane.head_kind),
-                why,
+                lane.why,
                 f"{lane.since:%Y-%m-%d %H:%M:%S}",
             )
         console.print(lanes)

@@ -41,6 +41,7 @@ class ActionVariants:
     body: str | None = None
     bodies: Mapping[str, type[BaseModel]] | None = None
     suffixes: frozenset[str] | None = None
+    placeholder: str | None = None
 
     @classmethod
     def one(cls, model: type[BaseModel]) -> ActionVariants:
@@ -49,18 +50,29 @@ class ActionVariants:
         return cls(shape="one", model=model)
 
     @classmethod
-    def tagged(cls, tag: str, body: str, bodies: Mapping[str, type[BaseModel]]) -> ActionVariants:
+    def tagged(
+        cls,
+        tag: str,
+        body: str,
+        bodies: Mapping[str, type[BaseModel]],
+        *,
+        placeholder: str | None = None,
+    ) -> ActionVariants:
         """The string property ``tag`` selects the variant; the property ``body`` holds it, one
-        model per tag value: ``{"notice": "welcome", "event": {...}}``."""
+        model per tag value: ``{"notice": "welcome", "event": {...}}``. ``placeholder`` names
+        the one tag value declared while nothing is registered (its body model decodes nothing,
+        so this build claims no row of the kind): an error never offers it as registered."""
         if not bodies:
             raise ValueError("tagged(): declare at least one tag value and its body model")
+        if placeholder is not None and placeholder not in bodies:
+            raise ValueError("tagged(): the placeholder is one of the declared tag values")
         if tag == body:
             raise ValueError("tagged(): the tag and the body are two different properties")
         for value, model in bodies.items():
             if not isinstance(value, str) or not value:
                 raise ValueError(f"tagged(): tag values are non-empty strings, not {value!r}")
             _require_model(model, f"tagged(): the body of {value!r}")
-        return cls(shape="tagged", tag=tag, body=body, bodies=dict(bodies))
+        return cls(shape="tagged", tag=tag, body=body, bodies=dict(bodies), placeholder=placeholder)
 
     @classmethod
     def key_suffix(cls, values: Iterable[str], model: type[BaseModel]) -> ActionVariants:
@@ -129,11 +141,7 @@ class ActionVariants:
                 raise InvalidRequest("payload", f"{kind} expects a JSON object")
             tag = payload.get(self.tag)
             if tag not in self.bodies:
-                raise InvalidRequest(
-                    f"payload.{self.tag}",
-                    f"{kind} knows the variants {sorted(self.bodies)}; the payload names none "
-                    "of them",
-                )
+                raise InvalidRequest(f"payload.{self.tag}", self.unregistered(tag, kind=kind))
             extra = set(payload) - {self.tag, self.body}
             if extra:
                 raise InvalidRequest("payload", f"{kind} has no properties {sorted(extra)}")
@@ -184,6 +192,27 @@ class ActionVariants:
                     self.decode(payload, key, kind=kind)
                 raise  # pragma: no cover (a batch that fails has a member that fails)
             yield models
+
+    def unregistered(self, value: Any, *, kind: str) -> str:
+        """What to say when a payload's tag names no registered variant: which are registered,
+        the nearest of them, and the usual cause (the registering module not loaded here). The
+        value itself is not repeated: it is the payload's, and no payload value is ever in an
+        error (tests/security); the caller has it."""
+        from .settings import nearest
+
+        assert self.bodies is not None and self.tag is not None
+        known = [name for name in sorted(self.bodies) if name != self.placeholder]
+        if not isinstance(value, str) or not value:
+            named = f"the payload names no {self.tag} (its {self.tag!r} property)"
+        else:
+            named = (
+                f"the payload's {self.tag} is not one registered for {kind}{nearest(value, known)}"
+            )
+        return (
+            f"{named}; registered ones are {', '.join(known) or 'none'}; is "
+            "OUTBOX_APP_PLUGINS set in this process? (the modules that register them in code "
+            "are loaded from it, beside the installed plugins)"
+        )
 
     def check_key(self, idempotency_key: str, *, kind: str) -> None:
         """:class:`InvalidRequest` when the key's last segment names a variant this build lacks

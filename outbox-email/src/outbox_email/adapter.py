@@ -348,7 +348,9 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
         """``{"notice": <name>, "event": {...}}``, one event model per registered notice."""
         notices = cls.notices if cls.notices is not None else NoticeRegistry()
         bodies: dict[str, type[BaseModel]] = {notice.name: notice.event for notice in notices}
-        return ActionVariants.tagged(TAG, BODY, bodies or {NO_NOTICE: NoNotice})
+        if not bodies:
+            return ActionVariants.tagged(TAG, BODY, {NO_NOTICE: NoNotice}, placeholder=NO_NOTICE)
+        return ActionVariants.tagged(TAG, BODY, bodies)
 
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:

@@ -35,11 +35,14 @@ def email_check_steps(notice: EmailNotice[Any], check: EnqueueCheck) -> Steps[No
             connection=conn,
         )
 
+    sync_form = type(notice).prepare is not EmailNotice.prepare
     try:
         prepared = yield Call(
-            lambda conn: notice.prepare(check.body, context(conn)),
+            (lambda conn: notice.prepare(check.body, context(conn))) if sync_form else None,
             lambda conn: notice.aprepare(check.body, context(conn)),
-            what=f"the notice {name!r}",
+            what=f"the notice {name!r} has only an async form ({type(notice).__qualname__}"
+            ".aprepare): enqueue it from async code with `await aenqueue_email(...)`, or write "
+            "its prepare() too; nothing was written",
         )
     except InvalidMail as exc:
         raise InvalidRequest(

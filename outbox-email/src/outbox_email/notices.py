@@ -13,15 +13,17 @@ import asyncio
 import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.headerregistry import Address
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
+from psycopg import AsyncConnection
 from pydantic import BaseModel
 
 from outbox_core import RegistrationError
 
 from .errors import InvalidMail, UnknownNotice
+from .sync_view import SyncView
 
 if TYPE_CHECKING:
     import pluggy
@@ -197,9 +199,11 @@ class NoticeContext:
     """What ``prepare`` knows besides the event.
 
     ``stage`` is ``"enqueue"`` (inside the caller's transaction: ``connection`` is the caller's
-    connection, a psycopg ``Connection`` for ``enqueue_email`` and an ``AsyncConnection`` for
-    ``aenqueue_email``, so rows the transaction wrote are visible) or ``"attempt"`` (in the
-    executor, before every attempt: ``connection`` is None; read committed state yourself).
+    connection, so rows the transaction wrote are visible: a psycopg ``Connection`` for
+    ``enqueue_email``; for ``aenqueue_email`` an ``AsyncConnection`` in ``aprepare`` and, in a
+    sync ``prepare``, a sync view of it that answers as a ``Connection`` does) or ``"attempt"``
+    (in the executor, before every attempt: ``connection`` is None; read committed state
+    yourself).
     """
 
     stage: Literal["enqueue", "attempt"]
@@ -240,7 +244,13 @@ class EmailNotice(Generic[EventT]):
         raise NotImplementedError(f"{type(self).__qualname__} does not implement prepare()")
 
     async def aprepare(self, event: EventT, context: NoticeContext) -> Prepared:
-        """The async form the executor calls; by default ``prepare`` in a worker thread."""
+        """The async form the executor and the async enqueues call; by default ``prepare`` in a
+        worker thread. Called by an async enqueue, that ``prepare`` gets a sync view of the
+        caller's ``AsyncConnection`` as ``context.connection`` (:mod:`outbox_email.sync_view`):
+        it reads the caller's transaction as it does from a sync enqueue."""
+        if isinstance(context.connection, AsyncConnection):
+            loop = asyncio.get_running_loop()
+            context = replace(context, connection=SyncView(context.connection, loop))
         return await asyncio.to_thread(self.prepare, event, context)
 
     def __repr__(self) -> str:
@@ -302,8 +312,10 @@ class NoticeRegistry:
             known = ", ".join(sorted(self._entries)) or "none"
             raise UnknownNotice(
                 "payload.notice",
-                f"no installed plugin registers the email notice {name!r}; registered notices: "
-                f"{known}. Register it with the outbox_register_email_notices hook",
+                f"no notice {name!r} is registered; registered ones are {known}; is "
+                "OUTBOX_APP_PLUGINS set in this process? (a notice is registered by the "
+                "outbox_register_email_notices hook of an installed plugin or of a module "
+                "named there)",
             )
         return entry.notice
 

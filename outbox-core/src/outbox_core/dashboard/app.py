@@ -21,8 +21,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..migrations import MISSING_OBJECT
 from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
+from ..settings import hide_url
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -59,7 +61,7 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         )
 
     def read() -> Any:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             return read_panels(conn, outbox)
 
     async def render(
@@ -70,11 +72,16 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         status: int = 200,
         ok: bool = True,
     ) -> Response:
-        panels = await run_in_threadpool(read)
+        panels, down = None, None
+        try:
+            panels = await run_in_threadpool(read)
+        except psycopg.Error as exc:
+            # The page says so in a banner and tries again: no bare 500, no traceback.
+            down, status = database_down(exc, conninfo), 503
         response = templates.TemplateResponse(
             request,
             name,
-            {"p": panels, "form_key": form_key, "notice": notice, "ok": ok},
+            {"p": panels, "down": down, "form_key": form_key, "notice": notice, "ok": ok},
             status_code=status,
         )
         if token is not None and request.query_params.get("token"):
@@ -104,8 +111,9 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
                 request, "dashboard.html", notice=f"not an action id: {raw!r}", status=400, ok=False
             )
         action_id = int(raw)
+        operation = request.path_params["operation"]
         try:
-            if request.path_params["operation"] == "cancel":
+            if operation == "cancel":
                 async with await psycopg.AsyncConnection.connect(conninfo) as conn:
                     action = await cancel_unstarted(conn, outbox, action_id)
                 notice = f"cancelled action {action.id} ({action.kind} in lane {action.lane_key})"
@@ -114,6 +122,11 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
                 notice = f"ran action {action.id} ({action.kind}): now {action.state}"
         except OperatorRefused as exc:
             return await render(request, "dashboard.html", notice=str(exc), status=409, ok=False)
+        except psycopg.OperationalError as exc:
+            notice = f"{operation} of action {action_id} did not run: " + database_down(
+                exc, conninfo
+            )
+            return await render(request, "dashboard.html", notice=notice, status=503, ok=False)
         return await render(request, "dashboard.html", notice=notice)
 
     async def events(request: Request) -> Response:
@@ -136,16 +149,40 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
     return app
 
 
+def database_down(exc: psycopg.Error, conninfo: str) -> str:
+    """What the banner says when the panels cannot be read: the database's own first line (its
+    password hidden), and what the page does about it."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, MISSING_OBJECT):
+        return (
+            f"outbox's schema, or a part of it that this build needs, is missing ({first}): "
+            "run `outbox migrate`; this page tries again every few seconds"
+        )
+    return (
+        f"cannot reach the database ({hide_url(first, conninfo)}); this page tries again every "
+        "few seconds"
+    )
+
+
 async def _refreshes(conninfo: str, channel: str) -> AsyncIterator[str]:
     """``refresh`` events: on each notification of the outbox's channel (an admitted action
-    was enqueued), at most once a second, and every few seconds without one."""
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        yield "event: refresh\ndata: connected\n\n"
-        while True:
-            notified = False
-            async for _ in conn.notifies(timeout=REFRESH_AT_LEAST_SECONDS, stop_after=1):
-                notified = True
-            if notified:  # notifications that arrive together make one refresh
-                await asyncio.sleep(REFRESH_AT_MOST_SECONDS)
-            yield "event: refresh\ndata: tick\n\n"
+    was enqueued), at most once a second, and every few seconds without one. While the
+    database cannot be reached, one every few seconds too (the page then shows its banner),
+    until it answers again."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                conninfo, autocommit=True, connect_timeout=10
+            ) as conn:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                yield "event: refresh\ndata: connected\n\n"
+                while True:
+                    notified = False
+                    async for _ in conn.notifies(timeout=REFRESH_AT_LEAST_SECONDS, stop_after=1):
+                        notified = True
+                    if notified:  # notifications that arrive together make one refresh
+                        await asyncio.sleep(REFRESH_AT_MOST_SECONDS)
+                    yield "event: refresh\ndata: tick\n\n"
+        except psycopg.OperationalError:
+            yield "event: refresh\ndata: database-down\n\n"
+            await asyncio.sleep(REFRESH_AT_LEAST_SECONDS)

@@ -12,19 +12,10 @@ from psycopg import Connection
 
 from ..outbox import Outbox
 from ..states import ActionState
-from ..status import BlockedLane, StatusReport, collect_status
+from ..status import BlockedLane, OldestDue, StatusReport, collect_status
 
 STATES = [str(state) for state in ActionState]
 UNCERTAIN_LISTED = 50
-
-
-@dataclass(frozen=True, slots=True)
-class OldestDue:
-    id: int
-    kind: str
-    lane_key: str
-    due_at: datetime
-    waited_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +55,30 @@ class KindInfo:
     version: str
     at_most_once: bool
     instance_level: bool
-    variants: str
+    variants: str  # what the adapter decodes, as indented JSON
+    json_path: str | None  # the path derived from it, as written (inside JSON it reads escaped)
+
+
+def _kind_info(
+    kind: str, plugin: str, version: str, at_most_once: bool, instance_level: bool, described: Any
+) -> KindInfo:
+    variants = dict(described)
+    path = variants.pop("json_path", None)
+    return KindInfo(
+        kind,
+        plugin,
+        version,
+        at_most_once,
+        instance_level,
+        json.dumps(variants, indent=2, ensure_ascii=False, default=str),
+        None if path is None else str(path),
+    )
 
 
 @dataclass
 class Panels:
     now: datetime
     by_state: dict[str, dict[str, int]] = field(default_factory=dict)
-    oldest_due: OldestDue | None = None
     status: StatusReport = field(default_factory=StatusReport)
     uncertain: list[UncertainAction] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
@@ -83,8 +90,19 @@ class Panels:
         return self.status.blocked
 
     @property
+    def oldest_due(self) -> OldestDue | None:
+        """The oldest due lane head, as ``outbox status`` and the gauges define due."""
+        return self.status.oldest_due
+
+    @property
     def lanes_blocked(self) -> int:
-        return sum(kind.lanes_blocked for kind in self.status.kinds)
+        """Lanes held by a head that waits for someone (a proposal, a newer build's row)."""
+        return sum(kind.lanes_blocked - kind.lanes_scheduled for kind in self.status.kinds)
+
+    @property
+    def lanes_scheduled(self) -> int:
+        """Lanes whose head is due later, with actions behind it."""
+        return sum(kind.lanes_scheduled for kind in self.status.kinds)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -110,8 +128,6 @@ def read_panels(conn: Connection[Any], outbox: Outbox) -> Panels:
         for kind in outbox.registry.kinds:
             panels.by_state.setdefault(kind, {s: 0 for s in STATES})
         panels.by_state = dict(sorted(panels.by_state.items()))
-        rows = conn.execute(queries["dashboard_oldest_due"]).fetchall()
-        panels.oldest_due = OldestDue(*rows[0]) if rows else None
         panels.status = collect_status(conn, outbox)
         panels.uncertain = [
             UncertainAction(*row)
@@ -141,13 +157,13 @@ def _kinds(outbox: Outbox) -> list[KindInfo]:
     for plugin in outbox.host.describe():
         for kind in plugin["kinds"]:
             out.append(
-                KindInfo(
+                _kind_info(
                     kind["kind"],
                     plugin["distribution"],
                     plugin["version"],
                     kind["at_most_once"],
                     kind["instance_level"],
-                    json.dumps(kind["variants"], default=str),
+                    kind["variants"],
                 )
             )
     registered = {info.kind for info in out}
@@ -155,13 +171,13 @@ def _kinds(outbox: Outbox) -> list[KindInfo]:
         if kind not in registered:
             entry = outbox.registry.get(kind)
             out.append(
-                KindInfo(
+                _kind_info(
                     kind,
                     entry.distribution,
                     "",
                     entry.adapter.at_most_once,
                     entry.adapter.instance_level,
-                    json.dumps(entry.variants.describe(), default=str),
+                    entry.variants.describe(),
                 )
             )
     return sorted(out, key=lambda info: info.kind)

@@ -2,7 +2,14 @@
 ``settle_v2`` statement per batch, with the adapters' ``ended``/``rescheduled`` hooks in the
 same transaction, the metrics and log event of each ending, the next heads that a settle
 claims on the way (handed to the attempts), and the lanes it could not lower (lowered again
-here, in the background)."""
+here, in the background).
+
+Longer than 450 lines on purpose: :class:`Endings` is one object whose parts share its state
+(the places it chained or gave to the claim loop, the endings whose hook raised and their
+tries, the lanes waiting to be lowered again): a failed batch takes back the places its write
+counted and falls back to one write an ending, which the hook retry and the relowering also
+go through. Split, each part would reach into the others' counters.
+"""
 
 from __future__ import annotations
 

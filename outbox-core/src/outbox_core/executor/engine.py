@@ -12,7 +12,8 @@ in a module named for its job:
 - ``maintenance``: expiry, retention, gauges.
 
 This class wires them and runs them: ``run`` (the loops until stopped, then the shutdown),
-``run_now`` (one action at once), ``drain`` (tests: until nothing is due).
+``run_now`` (one action at once), ``run_due`` (what is due now, then return: ``outbox run
+--once``), ``drain`` (tests: everything made due, run until nothing is due).
 """
 
 from __future__ import annotations
@@ -264,13 +265,46 @@ class Executor:
         # Counted as they start, not as settle() sees them finish: an attempt may end while a
         # later claim group is still being claimed, before settle() looks.
         started_before = self.attempts.started
-        rt.chaining = True
         wrong: list[AdapterContractError] = []
         self.attempts.wrong_results = wrong
         try:
+            await self._claim_until_none_due(deadline, f"drain() did not finish within {timeout} s")
+        finally:
+            self.attempts.wrong_results = None
+        if wrong:
+            # The actions were ended as if the adapter raised; the bug is the adapter's.
+            raise AdapterContractError(
+                f"drain(): {len(wrong)} attempt(s) broke the adapter contract; fix the adapter: "
+                + "; ".join(str(error) for error in wrong)
+            ) from wrong[0]
+        return self.attempts.started - started_before
+
+    async def run_due(self) -> dict[str, int]:
+        """Run what is due now, then return (what ``outbox run --once`` runs): the expiry and
+        retention sweeps once, then claim rounds, each settled, until a round finds nothing
+        due; the due lane heads, the heads their endings make due, and the reclaims of expired
+        leases run. Nothing is made due: an action whose due time is ahead (a ``not_before``,
+        a backoff, a deferral) or whose Reread's lease still runs waits for a later run, and
+        one that another executor holds is left to it. Returns what this call did, under the
+        names of the ``executor.progress`` line: ``claimed``, ``done``, ``failed``,
+        ``cancelled``, ``uncertain``, ``rescheduled`` (to run again later)."""
+        rt = self.rt
+        await self.open()
+        before = rt.progress.counts()
+        await self.maintenance.sweep_expired()
+        await self.maintenance.sweep_retention()
+        await self._claim_until_none_due(None, "")
+        return {name: count - before[name] for name, count in rt.progress.counts().items()}
+
+    async def _claim_until_none_due(self, deadline: float | None, late: str) -> None:
+        """Claim rounds, each settled (chained claims on), until one finds nothing due; past
+        ``deadline`` (monotonic), TimeoutError(``late``)."""
+        rt = self.rt
+        rt.chaining = True
+        try:
             while True:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"drain() did not finish within {timeout} s")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(late)
                 # Kind by kind where a kind has a slot limit, as the run loop claims: an
                 # attempt claimed beyond its kind's slots would wait for one while its lease
                 # runs down.
@@ -280,14 +314,6 @@ class Executor:
                     break
         finally:
             rt.chaining = False
-            self.attempts.wrong_results = None
-        if wrong:
-            # The actions were ended as if the adapter raised; the bug is the adapter's.
-            raise AdapterContractError(
-                f"drain(): {len(wrong)} attempt(s) broke the adapter contract; fix the adapter: "
-                + "; ".join(str(error) for error in wrong)
-            ) from wrong[0]
-        return self.attempts.started - started_before
 
     async def settle(self) -> int:
         """Wait until no attempt runs (chained claims may start more meanwhile) and every

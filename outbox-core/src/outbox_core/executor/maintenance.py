@@ -123,7 +123,7 @@ class Maintenance:
                 rt.queries["backlog_due"], {**params, "limit": DUE_LANES_READ}
             )
             due_admitted: dict[str, int] = {}
-            for kind, due, admitted, oldest in await cursor.fetchall():
+            for kind, due, admitted, oldest, _oldest_id in await cursor.fetchall():
                 snapshot.due[kind] = due
                 snapshot.oldest_due_age[kind] = oldest
                 due_admitted[kind] = admitted

@@ -30,21 +30,23 @@ class Progress:
         else:
             self.rescheduled += 1
 
+    def counts(self) -> dict[str, int]:
+        """The counts since the last line, under the line's names: ``claimed``, each ended
+        state's (``done``, ``failed``, ``cancelled``, ``uncertain``), ``rescheduled``."""
+        return {
+            "claimed": self.claimed,
+            **{state.value.lower(): self.ended.get(state, 0) for state in _ENDED},
+            "rescheduled": self.rescheduled,
+        }
+
     def report(self, seconds: float, in_flight: int) -> bool:
         """Log the line and start counting afresh; nothing (False) when there is nothing to
         say: no claim, no ending and no attempt in flight since the last line."""
-        claimed, waiting, ended = self.claimed, self.rescheduled, self.ended
-        if not (claimed or waiting or ended or in_flight):
+        counts = self.counts()
+        if not (any(counts.values()) or in_flight):
             return False
         self.claimed, self.rescheduled, self.ended = 0, 0, {}
-        event(
-            "executor.progress",
-            seconds=round(seconds, 1),
-            claimed=claimed,
-            **{state.value.lower(): ended.get(state, 0) for state in _ENDED},
-            rescheduled=waiting,
-            running=in_flight,
-        )
+        event("executor.progress", seconds=round(seconds, 1), **counts, running=in_flight)
         return True
 
     async def loop(self, period: float, in_flight: Callable[[], int]) -> None:

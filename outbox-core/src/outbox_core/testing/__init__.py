@@ -1,7 +1,8 @@
 """The harness that outbox's own packages, plugin authors and applications test with.
 
 - :func:`drain` / :func:`adrain`: make every waiting action due and run the executor until no
-  action is due (the specification's ``ActionTestSupport.drain``).
+  action is due (the specification's ``ActionTestSupport.drain``), on a test database only
+  (:class:`NotATestDatabase` elsewhere, unless ``allow_any_database=True``).
 - The pytest plugin (``outbox_core.testing.plugin``, loaded by the ``pytest11`` entry point):
   a session-wide PostgreSQL, a template database migrated once per session, and a fresh
   database per test (fixture ``outbox_db``) where throwaway kinds can be registered.
@@ -13,6 +14,6 @@
 from __future__ import annotations
 
 from .database import OutboxTestDatabase, find_server
-from .draining import adrain, drain
+from .draining import NotATestDatabase, adrain, drain
 
-__all__ = ["OutboxTestDatabase", "adrain", "drain", "find_server"]
+__all__ = ["NotATestDatabase", "OutboxTestDatabase", "adrain", "drain", "find_server"]

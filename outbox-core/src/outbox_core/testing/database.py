@@ -24,7 +24,7 @@ from ..outbox import Outbox
 from ..plugins import PluginHost
 from ..registry import KindRegistry
 from ..settings import OutboxSettings
-from .draining import drain
+from .draining import TEST_MARK, drain
 
 A = TypeVar("A", bound=type[ActionAdapter])
 
@@ -103,6 +103,7 @@ def with_database(url: str, dbname: str) -> str:
 
 def template_name(lines: Sequence[MigrationLine], schema: str) -> str:
     digest = hashlib.sha256(schema.encode())
+    digest.update(TEST_MARK.encode())  # a template made before it carried the mark is not used
     for line in ordered(lines):
         for migration in line.files():
             digest.update(f"{migration.label}:{migration.checksum}".encode())
@@ -129,6 +130,17 @@ def build_template(admin_url: str, lines: Sequence[MigrationLine], schema: str) 
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
                 with connect(with_database(admin_url, building), autocommit=True) as target:
                     migrate(target, schema, lines)
+                    # Its clones inherit the mark: drain() runs on them and nowhere else.
+                    target.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(TEST_MARK)))
+                    target.execute(
+                        sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+                            sql.Identifier(TEST_MARK),
+                            sql.Literal(
+                                "made by outbox_core.testing: this database is the test template "
+                                "or a clone of it, where drain() may make every action due"
+                            ),
+                        )
+                    )
                 conn.execute(
                     sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
                         sql.Identifier(building), sql.Identifier(name)

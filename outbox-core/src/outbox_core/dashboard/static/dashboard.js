@@ -9,15 +9,18 @@
   function refresh() {
     if (loading) { return; }
     loading = true;
+    var down = false;
     fetch(panels.dataset.panels, { credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
-        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        // 503: the database cannot be read; the answer is the banner that says so.
+        down = response.status === 503;
+        if (!response.ok && !down) { throw new Error("HTTP " + response.status); }
         return response.text();
       })
       .then(function (html) {
         panels.innerHTML = html;
-        live.textContent = "live";
-        live.className = "live on";
+        live.textContent = down ? "database unreachable" : "live";
+        live.className = down ? "live off" : "live on";
       })
       .catch(function () {
         live.textContent = "offline";

@@ -4,7 +4,6 @@ embedded one when none is configured."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -14,15 +13,8 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from .settings import OutboxSettings, hide_url
-
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-
-
-def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    click.echo(f"outbox: error: {message}", err=True)
-    sys.exit(code)
+from ..settings import OutboxSettings, hide_url
+from .guard import EXIT_USAGE, fail
 
 
 def _unreachable(exc: psycopg.Error, url: str) -> NoReturn:
@@ -118,19 +110,19 @@ def database(
         if data_dir is not None:
             fail("--data-dir is for the embedded server; a database URL is configured", EXIT_USAGE)
         with connected(url, wait_seconds=wait_seconds, autocommit=True) as conn:
-            from .plugins import load_plugins
+            from ..plugins import load_plugins
 
             if migrate_first:
-                from .migrations import migrate as apply
+                from ..migrations import migrate as apply
 
                 apply(conn, settings.schema_name, load_plugins().migration_lines)
             else:
                 check_migrated(conn, settings.schema_name)
         yield url
         return
-    from .embedded import EmbeddedPostgres, EmbeddedUnavailable
-    from .migrations import migrate as apply
-    from .plugins import load_plugins
+    from ..embedded import EmbeddedPostgres, EmbeddedUnavailable
+    from ..migrations import migrate as apply
+    from ..plugins import load_plugins
 
     server = EmbeddedPostgres(data_dir)
     try:
@@ -159,9 +151,9 @@ def check_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
     (never migrated, or not since this build was installed): before the executor starts, not
     as a traceback from its first claim. A plugin's pending migrations are a warning: its kinds
     have no rows to claim until they are applied, and the other kinds run."""
-    from .migrations import CORE_LINE, applied, plan
-    from .observability import event
-    from .plugins import load_plugins
+    from ..migrations import CORE_LINE, applied, plan
+    from ..observability import event
+    from ..plugins import load_plugins
 
     done = applied(conn, schema)
     if not done:

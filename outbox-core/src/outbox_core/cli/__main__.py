@@ -1,0 +1,5 @@
+"""``python -m outbox_core.cli``: the `outbox` command."""
+
+from outbox_core.cli import main
+
+main()

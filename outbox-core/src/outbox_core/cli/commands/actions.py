@@ -1,0 +1,109 @@
+"""Operating actions: `outbox status` (what is due, running, blocked), `show` one action,
+`cancel` one that has not started, `run-now` a lane head at once, `erase` an account's actions
+and person data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+
+from ..database import aconnected, connected
+from ..group import ACTION_ID, State, command
+from ..guard import EXIT_USAGE, fail
+
+
+@command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@click.option(
+    "--lanes",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="how many blocked lanes to list",
+)
+def status(state: State, as_json: bool, lanes: int) -> None:
+    """Per kind: actions due, executing, the oldest due action's age, uncertain ones, proposals
+    waiting for admission, and the lanes that are blocked (a head waiting out a backoff or a
+    deferral, a proposal not yet admitted, or a row this build cannot decode) with since when."""
+    from ...status import collect_status, print_status
+
+    with connected(state.require_url()) as conn:
+        report = collect_status(conn, state.outbox(), lanes=lanes)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        print_status(report)
+    if report.stopped:
+        fail(
+            f"{len(report.stopped)} kind(s) cannot run with these settings: "
+            + ", ".join(kind.kind for kind in report.stopped)
+            + " (listed above, with the setting to fix)",
+            EXIT_USAGE,
+        )
+
+
+@command()
+@click.argument("action_id", type=ACTION_ID)
+@click.option("--payload", is_flag=True, help="include the payload (it may hold personal data)")
+def show(state: State, action_id: int, payload: bool) -> None:
+    """Print one action as JSON."""
+    with connected(state.require_url()) as conn:
+        action = state.outbox().get(conn, action_id)
+    if action is None:
+        fail(f"no action {action_id}")
+    click.echo(json.dumps(action.as_dict(with_payload=payload), indent=2, default=str))
+
+
+@command()
+@click.argument("action_id", type=ACTION_ID)
+def cancel(state: State, action_id: int) -> None:
+    """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
+    url = state.require_url()
+    outbox = state.outbox()
+    from ...operator import cancel_unstarted
+
+    async def go() -> Any:
+        async with aconnected(url) as conn:
+            return await cancel_unstarted(conn, outbox, action_id)
+
+    cancelled = asyncio.run(go())
+    click.echo(f"cancelled action {cancelled.id} ({cancelled.kind} in lane {cancelled.lane_key})")
+
+
+@command("run-now")
+@click.argument("action_id", type=ACTION_ID)
+def run_now(state: State, action_id: int) -> None:
+    """Carry out an admitted lane head at once (claimed and fenced as any claim), then print
+    how it stands. Refused for an action that is not a claimable head."""
+    url = state.require_url()
+    outbox = state.outbox()
+    from ...operator import run_now as run_action_now
+
+    action = asyncio.run(run_action_now(outbox, url, action_id))
+    click.echo(
+        f"ran action {action.id} ({action.kind} in lane {action.lane_key}): now {action.state}"
+    )
+
+
+@command()
+@click.option("--subject", required=True, metavar="ACCOUNT_ID", help="the erased account")
+def erase(state: State, subject: str) -> None:
+    """Delete every action addressed to an account and erase every package's person data."""
+    from ...erasure import erase_subject
+
+    url = state.require_url()
+    outbox = state.outbox()
+
+    async def go() -> Any:
+        async with aconnected(url) as conn:
+            report = await erase_subject(conn, subject, outbox=outbox)
+            await conn.commit()
+            return report
+
+    report = asyncio.run(go())
+    click.echo(
+        json.dumps({"subject": subject, "actions": report.actions, "catalogs": report.catalogs})
+    )
