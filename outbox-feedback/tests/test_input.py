@@ -8,7 +8,15 @@ import pytest
 
 from outbox_core import InvalidRequest
 from outbox_core.testing import OutboxTestDatabase
-from outbox_feedback import FeedbackRetracted, Item, create_feedback, decide, mark, retract
+from outbox_feedback import (
+    FeedbackRetracted,
+    FeedbackSendQueue,
+    Item,
+    create_feedback,
+    decide,
+    mark,
+    retract,
+)
 from outbox_feedback.copies import summary_copy
 from outbox_feedback.domain import send_key
 
@@ -94,3 +102,32 @@ def test_the_longest_summary_that_fits_is_accepted(outbox_db: OutboxTestDatabase
         assert create_feedback(
             conn, "fb-1", outbox=outbox_db.outbox, **{**GOOD, "summary": "s" * LONGEST}
         )
+
+
+def test_a_send_whose_stored_copy_github_would_not_take_whole_is_refused_by_its_enqueue_check(
+    feedback_db: OutboxTestDatabase, pull: int
+) -> None:
+    """The kind's own check reads the feedback the send will carry (as the caller's transaction
+    holds it) and measures each copy with the send's own key: a summary stored past the limit
+    (by a build before this check) is refused on every enqueue path, nothing written."""
+    from outbox_core import ActionRequest
+
+    with feedback_db.connect() as conn:
+        create_feedback(conn, "fb-1", outbox=feedback_db.outbox, **{**GOOD, "pull_number": pull})
+        conn.execute(
+            "UPDATE " + f'"{feedback_db.schema}"' + ".feedback SET summary = repeat('s', 70000)"
+        )
+        with pytest.raises(InvalidRequest) as refused:
+            FeedbackSendQueue(feedback_db.outbox).queue(conn, "fb-1")
+        assert refused.value.field == "summary" and "65,536" in str(refused.value)
+        request = ActionRequest(
+            kind="DELIVER_FEEDBACK",
+            lane_key="feedback:fb-1",
+            idempotency_key=send_key("fb-1", 1),
+            payload={"feedback": "fb-1"},
+            workspace_id="ws-1",
+        )
+        with pytest.raises(InvalidRequest, match="summary"):
+            feedback_db.outbox.enqueue(conn, request)
+        conn.commit()
+    assert feedback_db.scalar("SELECT count(*) FROM {schema}.agent_action") == 0

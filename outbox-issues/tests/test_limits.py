@@ -155,3 +155,19 @@ def test_a_422_on_the_content_stops_the_filing_as_content_refused_and_an_edit_fi
     [issue] = tracker_server.issues_in(PUBLIC)
     assert shorter in issue.body
     assert markers.action_marker("file_issue:r1:1") in issue.body  # found by the same marker
+
+
+def test_a_publish_of_a_stored_report_github_would_not_take_whole_is_refused_by_its_kinds_check(
+    issues_db: OutboxTestDatabase,
+) -> None:
+    """PUBLISH_REPORT's own enqueue check measures the stored report of its generation (one
+    stored past the limit by a build before this check): refused, nothing written."""
+    submit(issues_db)
+    issues_db.drain()
+    issues_db.execute("UPDATE {schema}.issue_report SET text = repeat('x', 70000)")
+    before = rows(issues_db)
+    with issues_db.connect() as conn:
+        with pytest.raises(InvalidRequest, match="text: the issue's body would be"):
+            publish_report(conn, "r1", outbox=issues_db.outbox)
+        conn.commit()
+    assert rows(issues_db) == before

@@ -65,7 +65,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, ClassVar, cast
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_core import (
@@ -78,12 +78,14 @@ from outbox_core import (
     AdapterResult,
     Cancelled,
     Done,
+    EnqueueCheck,
     Failed,
     KindRegistry,
     Outbox,
     Reread,
     StopReason,
 )
+from outbox_core.steps import Query, Steps, arun, run
 from outbox_issues.adapter import STOP_REASONS as TRACKER_STOP_REASONS
 from outbox_issues.adapter import TrackerAdapter, listing_lag, result_for
 from outbox_issues.tracker import NotSent, RateLimited, Refused, TrackerError, Unanswered
@@ -95,6 +97,7 @@ from .copies import (
     Item,
     Op,
     Wanted,
+    check_copies,
     digest_in,
     item_copy,
     position_of,
@@ -154,6 +157,30 @@ class FeedbackAdapter(TrackerAdapter):
     @classmethod
     def variants(cls) -> ActionVariants:
         return ActionVariants.key_suffix(VARIANTS, SendPayload)
+
+    # -- at enqueue ----------------------------------------------------------------------------
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """The copies this send will write, as the caller's transaction holds the feedback,
+        must each be a comment GitHub takes whole (:func:`copies.check_copies`, with this
+        send's own key): refused before anything is written, on every enqueue path."""
+        run(conn, cls._copies_steps(check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        await arun(conn, cls._copies_steps(check))
+
+    @classmethod
+    def _copies_steps(cls, check: EnqueueCheck) -> Steps[None]:
+        feedback_id = cast(SendPayload, check.body).feedback
+        named = queries(check.schema)
+        rows = yield Query(named["sent_content"], {"feedback": feedback_id})
+        if cls.retracting or not rows or rows[0][1]:
+            return  # a retract writes no copy; an unknown feedback is the queue's to refuse
+        items = yield Query(named["items_of"], {"feedback": feedback_id})
+        stored = [Item(*row) for row in items]
+        check_copies(feedback_id, rows[0][0], stored, check.request.idempotency_key)
 
     # -- execute -------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from outbox_core.steps import NeedsAsync, Query, Steps, arun, run
 from outbox_issues import limits
 
 from .adapter import DELIVER_FEEDBACK, EDIT_FEEDBACK, RETRACT_FEEDBACK, SUPERSEDED
-from .copies import SUMMARY, Item, item_copy, summary_copy
+from .copies import SUMMARY, Item, check_copies
 from .domain import FEEDBACK_ID, Feedback, lane, queries, send_key
 from .errors import FeedbackRetracted, NewerSendInLane, SendInProgress, UnknownFeedback
 
@@ -75,17 +75,11 @@ def _text(field: str, value: object) -> str:
 
 
 def _fits(feedback_id: str, summary: str | None, items: Sequence[Item] | None) -> None:
-    """Refuse, before anything is written, a copy GitHub would not take whole: each comment's
-    body as a send writes it (:mod:`outbox_feedback.copies`: the text made inert, its markers,
-    ``**Resolved.**`` when marked), measured with the longest key a send of this feedback can
-    carry. The sends' payloads hold identifiers only, so this is their enqueue check."""
-    key = send_key(feedback_id, LONGEST_SEND)
-    if summary is not None:
-        body = summary_copy(feedback_id, summary).body(key)
-        limits.check_body("summary", body, "the summary comment")
-    for index, item in enumerate(items or ()):
-        body = item_copy(feedback_id, replace(item, resolved=True)).body(key)
-        limits.check_body(f"items[{index}].body", body, f"the review comment of {item.item_id!r}")
+    """Refuse what a later send could not write whole (:func:`copies.check_copies`), before
+    the feedback is stored: measured with the longest key a send of it can carry, and each
+    item as if marked resolved (a mark adds ``**Resolved.**``)."""
+    resolved = [replace(item, resolved=True) for item in items or ()]
+    check_copies(feedback_id, summary, resolved, send_key(feedback_id, LONGEST_SEND))
 
 
 def _items(items: Sequence[Item]) -> list[Item]:

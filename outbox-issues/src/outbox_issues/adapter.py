@@ -60,7 +60,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 from urllib.parse import urlsplit
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_core import (
@@ -74,6 +74,7 @@ from outbox_core import (
     ConfiguredAdapter,
     Defer,
     Done,
+    EnqueueCheck,
     Failed,
     OutboxSettings,
     PerLoop,
@@ -82,9 +83,10 @@ from outbox_core import (
     StopReason,
     action_event,
 )
+from outbox_core.steps import Query, Steps, arun, run
 
 from . import markers
-from .content import Content, compose
+from .content import Content, check_fits, compose
 from .domain import FilingState, file_key, queries, sources
 from .settings import IssuesSettings
 from .tracker import (
@@ -495,7 +497,36 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         action_event(name, action.id, action.kind, level=logging.INFO, **fields)
 
 
-class FileIssueAdapter(TrackerAdapter):
+class IssueContentCheck(TrackerAdapter):
+    """The enqueue check of the kinds that write an issue's content (``FILE_ISSUE``,
+    ``PUBLISH_REPORT``): the stored report of the payload's generation must make an issue
+    GitHub takes whole (:func:`content.check_fits`), else the request is refused before
+    anything is written. ``submit_report`` and ``edit_report`` measure what they are about to
+    store themselves: their report is not stored when the check runs, so it passes here."""
+
+    kind: ClassVar[str] = "ISSUE_CONTENT_BASE"
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        run(conn, cls._content_steps(check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        await arun(conn, cls._content_steps(check))
+
+    @classmethod
+    def _content_steps(cls, check: EnqueueCheck) -> Steps[None]:
+        payload = cast(GenerationPayload, check.body)
+        report_id = payload.report
+        rows = yield Query(queries(check.schema)["report_content"], {"report": report_id})
+        if not rows or rows[0][2] != payload.generation:
+            return  # not stored yet (submit, edit: they measure it), or another generation
+        title, text, generation = rows[0]
+        keys = () if cls.kind == FILE_ISSUE else (check.request.idempotency_key,)
+        check_fits(report_id, title, text, generation, keys)
+
+
+class FileIssueAdapter(IssueContentCheck):
     """``FILE_ISSUE``: create the report's issue (title, body, labels), once."""
 
     kind = FILE_ISSUE
@@ -585,7 +616,7 @@ class FileIssueAdapter(TrackerAdapter):
         )
 
 
-class PublishReportAdapter(TrackerAdapter):
+class PublishReportAdapter(IssueContentCheck):
     """``PUBLISH_REPORT`` (``/publish``): bring the filed issue to the report's generation."""
 
     kind = PUBLISH_REPORT

@@ -22,6 +22,19 @@ DRAFT_SHORTENED = (
 )
 
 
+def check_fits(
+    report_id: str, title: str, text: str, generation: int, keys: tuple[str, ...]
+) -> None:
+    """Refuse (:class:`~outbox_core.InvalidRequest`) an issue GitHub would not take whole: the
+    title (:func:`limits.check_title`) and the body as the kind writes it for ``generation``
+    (the reporter's text whole with this package's markers; ``keys``, the extra action
+    markers). Run by ``submit_report`` and ``edit_report`` on what they are about to store,
+    and by the kinds' enqueue checks on a stored report."""
+    limits.check_title("title", title)
+    body = compose(report_id, title, text, generation, [], keys).body
+    limits.check_body("text", body, "the issue's body")
+
+
 @dataclass(frozen=True, slots=True)
 class Content:
     title: str

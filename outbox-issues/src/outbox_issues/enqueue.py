@@ -18,9 +18,8 @@ from psycopg import AsyncConnection, Connection
 
 from outbox_core import ActionRequest, Enqueued, InvalidRequest, Outbox, default_outbox
 
-from . import limits
 from .adapter import CONTENT_REFUSED, FILE_ISSUE, PUBLISH_REPORT, TRANSFER_ISSUE, TrackerAdapter
-from .content import compose
+from .content import check_fits
 from .domain import (
     Check,
     Enqueue,
@@ -62,17 +61,6 @@ def _text(field: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequest(field, "must be a non-empty string")
     return value
-
-
-def _fits(report_id: str, title: str, text: str, generation: int, keys: tuple[str, ...]) -> None:
-    """Refuse, before anything is written, an issue GitHub would not take whole: the title
-    (:func:`limits.check_title`) and the body as the kind will write it for ``generation``
-    (:func:`content.compose`, the reporter's text whole with this package's markers). The
-    kinds' payloads hold identifiers only and the report is not stored yet when their
-    enqueue checks run, so this is the check, one function for submit and edit."""
-    limits.check_title("title", title)
-    body = compose(report_id, title, text, generation, [], keys).body
-    limits.check_body("text", body, "the issue's body")
 
 
 def _report_id(value: object) -> str:
@@ -151,7 +139,8 @@ def _submit_steps(
     _text("workspace_id", workspace_id)
     _text("reporter_account_id", reporter_account_id)
     _text("text", text)
-    _fits(report_id, title, text, 1, ())
+    # The kinds' own enqueue checks measure a stored report; this one is not stored yet.
+    check_fits(report_id, title, text, 1, ())
     asked = _draft_request(outbox, _draft_context(report_id, 1, workspace_id, text))
     draft = asked if isinstance(asked, ActionRequest) else None
     filing = _generation_request(FILE_ISSUE, report_id, 1, workspace_id)
@@ -268,7 +257,7 @@ def _edit_steps(
     if not refile:
         _require_filed(state, report_id, "an edit or a re-draft")
     following = generation + 1
-    stored_title, stored_text = yield Sql("report_content", {"report": report_id}, "one")
+    stored_title, stored_text, _ = yield Sql("report_content", {"report": report_id}, "one")
     draft_text = text if text is not None else stored_text
     if refile:
         # GitHub refused the content, so nothing was filed: the new generation is filed.
@@ -277,7 +266,8 @@ def _edit_steps(
     else:
         follow_up = _generation_request(PUBLISH_REPORT, report_id, following, workspace)
         keys = (follow_up.idempotency_key,)
-    _fits(report_id, title if title is not None else stored_title, draft_text, following, keys)
+    heading = title if title is not None else stored_title
+    check_fits(report_id, heading, draft_text, following, keys)
     asked = _draft_request(outbox, _draft_context(report_id, following, workspace, draft_text))
     draft = asked if isinstance(asked, ActionRequest) else None
     yield Check(tuple(request for request in (draft, follow_up) if request is not None))

@@ -122,9 +122,9 @@ UPDATE {schema}.issue_filing
 RETURNING report_id
 
 -- name: report_content
--- An edit measures the new generation with what it does not replace, and a re-draft without
--- new text drafts the stored one.
-SELECT title, text FROM {schema}.issue_report WHERE report_id = %(report)s
+-- An edit measures the new generation with what it does not replace, a re-draft without new
+-- text drafts the stored one, and the kinds' enqueue checks measure the stored generation.
+SELECT title, text, generation FROM {schema}.issue_report WHERE report_id = %(report)s
 
 -- name: refile
 -- GitHub refused the filing's content (nothing was filed): the new generation is filed.
