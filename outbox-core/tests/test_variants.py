@@ -60,7 +60,7 @@ def test_a_tag_naming_no_registered_variant_names_the_registered_ones_the_neares
         variants.decode({"notice": "welcom", "event": {}}, "k", kind="EMAIL")
     assert refused.value.field == "payload.notice"
     assert str(refused.value).startswith(
-        "payload.notice: the payload's notice is not one registered for EMAIL (did you mean "
+        "payload.notice: no notice 'welcom' is registered for EMAIL (did you mean "
         "'welcome'?); registered ones are bye, welcome; is OUTBOX_APP_PLUGINS set in this "
         "process?"
     )
@@ -68,12 +68,18 @@ def test_a_tag_naming_no_registered_variant_names_the_registered_ones_the_neares
         variants.decode({"event": {}}, "k", kind="EMAIL")
 
 
-def test_a_tag_naming_no_registered_variant_is_not_repeated_in_the_error() -> None:
-    """A payload value is never in an error (tests/security), the tag's included."""
+def test_a_tag_value_not_shaped_like_a_name_in_code_is_not_repeated_in_the_error() -> None:
+    """A payload value that may be data is never in an error (tests/security), the tag's
+    included; only a value shaped like a name in code (``email_changed``) is named."""
     variants = ActionVariants.tagged("notice", "event", {"welcome": Inner})
     with pytest.raises(InvalidRequest) as refused:
         variants.decode({"notice": "ada@example.com", "event": {}}, "k", kind="EMAIL")
     assert "ada@example.com" not in str(refused.value)
+    for data in ("Ada Lovelace", "cAnArY-5d1e", "x" * 65, "welcome\n"):
+        with pytest.raises(InvalidRequest) as refused:
+            variants.decode({"notice": data, "event": {}}, "k", kind="EMAIL")
+        assert data not in str(refused.value)
+        assert str(refused.value).startswith("payload.notice: no notice is registered for EMAIL")
 
 
 def test_a_placeholder_variant_is_never_offered_as_registered() -> None:

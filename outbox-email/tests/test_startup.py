@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -62,8 +63,11 @@ async def test_email_settings_invalid_against_the_fence_margin_stop_only_email(
 ) -> None:
     async with below_margin.executor() as executor:
         await executor.drain()
-        assert [kind.kind for kind in executor.stopped] == ["EMAIL"]
-        assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS" in executor.stopped[0].error
+        # Only EMAIL of the kinds this test serves: another installed plugin whose defaults
+        # also fail a 30 s margin (outbox-draft's, in a venv with every package) stops too.
+        stopped = {kind.kind: kind.error for kind in executor.stopped}
+        assert "EMAIL" in stopped and "TEST_NOTE" not in stopped
+        assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS" in stopped["EMAIL"]
         assert executor.rt.instruments.stopped["EMAIL"] == 1
     assert action(below_margin, "welcome:ada") == (ActionState.ADMITTED, None, 0)
     note = below_margin.scalar(
@@ -73,7 +77,7 @@ async def test_email_settings_invalid_against_the_fence_margin_stop_only_email(
     assert smtp_server.messages == []
     with below_margin.connect() as conn:
         report = collect_status(conn, below_margin.outbox)
-    assert [kind.kind for kind in report.stopped] == ["EMAIL"]
+    assert {kind.kind for kind in report.stopped} == set(stopped)
 
 
 async def test_strict_start_up_refuses_email_settings_invalid_against_the_fence_margin(
@@ -120,7 +124,11 @@ def test_outbox_run_strict_refuses_email_settings_invalid_against_the_fence_marg
         check=False,
     )
     assert completed.returncode == 2, completed.stderr  # a setting is wrong: as for the core's
-    assert "strict start-up: 1 kind(s) cannot run with these settings: EMAIL" in completed.stderr
+    # EMAIL among them (another installed plugin's defaults may fail a 30 s margin too).
+    assert re.search(
+        r"strict start-up: \d kind\(s\) cannot run with these settings: .*\bEMAIL \(from outbox-email\)",
+        completed.stderr,
+    ), completed.stderr
     assert "OUTBOX_EMAIL_SEND_TIMEOUT_SECONDS (45.0) must be below the fence margin" in (
         completed.stderr
     )

@@ -37,7 +37,7 @@ def test_an_unregistered_notice_through_the_core_names_the_registered_ones_and_t
     with pytest.raises(InvalidRequest) as refused:
         _email_changed(email_db)
     assert str(refused.value) == (
-        "payload.notice: the payload's notice is not one registered for EMAIL; registered ones "
+        "payload.notice: no notice 'email_changed' is registered for EMAIL; registered ones "
         "are account_welcome, admin_alert, welcome; is OUTBOX_APP_PLUGINS set in this process? "
         "(the modules that register them in code are loaded from it, beside the installed "
         "plugins)"
@@ -52,7 +52,9 @@ def test_with_no_notice_registered_it_says_none_and_never_names_the_placeholder(
     with pytest.raises(InvalidRequest) as refused:
         _email_changed(outbox_db)
     message = str(refused.value)
-    assert "notice is not one registered for EMAIL; registered ones are none; " in message
+    assert (
+        "no notice 'email_changed' is registered for EMAIL; registered ones are none; " in message
+    )
     assert "OUTBOX_APP_PLUGINS" in message
     assert "outbox_email:none" not in message and "variants" not in message
     assert _count(outbox_db) == 0

@@ -15,6 +15,7 @@ import functools
 import itertools
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -27,6 +28,10 @@ from .errors import InvalidRequest, UndecodableAction
 from .requests import key_segment, text_problem
 
 KEY_SEGMENT_SEPARATOR = ":"
+# A value with the shape of a name in code (a notice's ``email_changed``, a tag's ``v2``):
+# lower case, digits, underscores and dots, at most 64 characters. An error may name such a
+# tag value; a value of any other shape may be data and is never repeated (tests/security).
+CODE_NAME = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 _REGEX_SPECIALS = set(".^$*+?()[]{}|\\")
 
 
@@ -196,8 +201,10 @@ class ActionVariants:
     def unregistered(self, value: Any, *, kind: str) -> str:
         """What to say when a payload's tag names no registered variant: which are registered,
         the nearest of them, and the usual cause (the registering module not loaded here). The
-        value itself is not repeated: it is the payload's, and no payload value is ever in an
-        error (tests/security); the caller has it."""
+        value is named only when it has the shape of a name in code (:data:`CODE_NAME`: a
+        notice's name, ``email_changed``): a variant's tag is the application's identifier, not
+        its data. Any other value is not repeated, since it may be data put in the wrong place,
+        and no payload data is ever in an error (tests/security); the caller has it."""
         from .settings import nearest
 
         assert self.bodies is not None and self.tag is not None
@@ -205,9 +212,8 @@ class ActionVariants:
         if not isinstance(value, str) or not value:
             named = f"the payload names no {self.tag} (its {self.tag!r} property)"
         else:
-            named = (
-                f"the payload's {self.tag} is not one registered for {kind}{nearest(value, known)}"
-            )
+            which = f" {value!r}" if CODE_NAME.fullmatch(value) else ""
+            named = f"no {self.tag}{which} is registered for {kind}{nearest(value, known)}"
         return (
             f"{named}; registered ones are {', '.join(known) or 'none'}; is "
             "OUTBOX_APP_PLUGINS set in this process? (the modules that register them in code "
