@@ -211,6 +211,18 @@ def test_a_line_outside_the_diff_fails_the_send_and_its_copy_stays_absent(
     assert feedback(feedback_db).last_stop_reason == "GITHUB_422"
 
 
+def test_a_422_on_a_copys_body_fails_the_send_as_content_refused(
+    feedback_db: OutboxTestDatabase, tracker_server: GitHubTestServer, pull: int
+) -> None:
+    tracker_server.validation_failed("create_comment", "data")  # a limit this package missed
+    queued = store(feedback_db, pull)
+    feedback_db.drain()
+
+    assert action(feedback_db, queued.action_id) == (ActionState.FAILED, "CONTENT_REFUSED")
+    assert feedback(feedback_db).last_stop_reason == "CONTENT_REFUSED"
+    assert {c.item_id: c.state for c in feedback(feedback_db).copies}["summary"] == "absent"
+
+
 def test_a_new_send_replaces_an_unstarted_one(
     feedback_db: OutboxTestDatabase, tracker_server: GitHubTestServer, pull: int
 ) -> None:

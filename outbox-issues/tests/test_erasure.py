@@ -4,6 +4,7 @@ reporter's is left; an erasure while FILE_ISSUE's write is in flight scrubs that
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import pytest
 
@@ -75,6 +76,7 @@ async def test_the_whole_path_files_publishes_makes_private_and_an_erasure_scrub
     after = filing(issues_db)
     assert after.erased and after.scrubbed and after.history_retains_text
     assert not after.issue_deleted
+    assert after.still_published is not None and "edit history" in after.still_published
     # GitHub keeps the earlier bodies, readable by anyone who can read the issue.
     assert any(TEXT in body for body in issue.edits)
     nothing_of_the_reporter_left(issues_db)
@@ -98,6 +100,7 @@ async def test_with_delete_on_erasure_the_issue_is_deleted_and_no_history_is_lef
     assert tracker_server.writes_of("graphql:deleteIssue") == 1
     after = filing(outbox_db)
     assert after.issue_deleted and not after.history_retains_text
+    assert (after.delete_refused, after.still_published) == (None, None)
     nothing_of_the_reporter_left(outbox_db)
 
 
@@ -237,3 +240,68 @@ async def test_each_answer_to_a_cleanup_ends_as_the_table_says_and_scrubs_once(
     else:
         assert filing(issues_db).last_error is not None
     nothing_of_the_reporter_left(issues_db)
+
+
+REFUSED_DELETES = {
+    "forbidden": "GraphQL FORBIDDEN",  # a token without admin rights on the repository
+    "missing": "GraphQL undefinedField",  # a GraphQL schema without deleteIssue
+    "not_found": "HTTP 404 Not Found",  # no GraphQL endpoint at that URL
+}
+
+
+@pytest.mark.parametrize("how", sorted(REFUSED_DELETES))
+async def test_a_delete_the_tracker_refuses_falls_back_to_the_scrub_and_the_filing_says_why(
+    how: Literal["forbidden", "missing", "not_found"],
+    outbox_db: OutboxTestDatabase,
+    tracker_server: GitHubTestServer,
+) -> None:
+    serve_issues(outbox_db, tracker_server, listing_lag_seconds=0.0, delete_on_erasure=True)
+    submit(outbox_db)
+    await outbox_db.adrain()
+    [issue] = tracker_server.issues_in(PUBLIC)
+    tracker_server.refuse_deletes(how)
+
+    await erase(outbox_db)
+    await outbox_db.adrain()
+
+    assert action(outbox_db, "cleanup:r1") == DONE
+    assert TEXT not in issue.body and issue.title == "Feedback report r1"
+    assert tracker_server.issues_in(PUBLIC) == [issue]  # scrubbed, not deleted
+    after = filing(outbox_db)
+    assert after.scrubbed and after.history_retains_text and not after.issue_deleted
+    assert after.delete_refused == f"deleteIssue refused: {REFUSED_DELETES[how]}"
+    assert after.still_published is not None and "edit history" in after.still_published
+    assert filing(outbox_db).issue_url in after.still_published
+    nothing_of_the_reporter_left(outbox_db)
+
+
+async def test_when_the_scrub_is_refused_too_the_cleanup_fails_and_the_filing_names_what_is_left(
+    outbox_db: OutboxTestDatabase, tracker_server: GitHubTestServer
+) -> None:
+    serve_issues(outbox_db, tracker_server, listing_lag_seconds=0.0, delete_on_erasure=True)
+    submit(outbox_db)
+    await outbox_db.adrain()
+    [issue] = tracker_server.issues_in(PUBLIC)
+    before = filing(outbox_db)
+    tracker_server.refuse_deletes("forbidden")
+    tracker_server.fail("update_issue", 403, "Resource not accessible by integration", times=20)
+
+    await erase(outbox_db)
+    erased = filing(outbox_db)  # before the cleanup ran: the erasure says what is published
+    await outbox_db.adrain()
+
+    assert action(outbox_db, "cleanup:r1") == (ActionState.FAILED, "GITHUB_403", 1)
+    assert TEXT in issue.body  # still published: the filing must say where, and what
+    after = filing(outbox_db)
+    assert (after.repository, after.issue_number, after.issue_url) == (
+        before.repository,
+        before.issue_number,
+        before.issue_url,
+    )
+    assert after.delete_refused == "deleteIssue refused: GraphQL FORBIDDEN"
+    assert after.last_error == "CLEANUP_ISSUE FAILED: GITHUB_403"
+    assert not after.scrubbed and not after.issue_deleted
+    assert erased.still_published == after.still_published
+    assert after.still_published is not None and before.issue_url in after.still_published
+    assert markers.quote_marker("r1") in after.still_published
+    nothing_of_the_reporter_left(outbox_db)

@@ -91,8 +91,15 @@ TABLE: dict[str, Row] = {
         0,
         0,
     ),
-    "422 validation failed": Row(
+    "422 on the title": Row(
         lambda s: s.validation_failed("create_issue"),
+        failed("CONTENT_REFUSED"),
+        failed("CONTENT_REFUSED"),
+        0,
+        0,
+    ),
+    "422 on another field": Row(
+        lambda s: s.validation_failed("create_issue", "labels"),
         failed("GITHUB_422"),
         failed("GITHUB_422"),
         0,

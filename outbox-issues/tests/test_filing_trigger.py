@@ -61,11 +61,11 @@ def test_a_changed_table_disagrees_with_the_trigger_on_exactly_the_changed_pairs
     outbox_db: OutboxTestDatabase,
 ) -> None:
     changed = dict(TRANSITIONS)
-    changed[FilingState.STOPPED] = frozenset({FilingState.NEW})
+    changed[FilingState.STOPPED] = frozenset({FilingState.NEW, FilingState.FILED})
     changed[FilingState.FILING] = frozenset({FilingState.FILED})
     assert disagreements(outbox_db, changed) == [
         (FilingState.FILING, FilingState.STOPPED, True),
-        (FilingState.STOPPED, FilingState.NEW, False),
+        (FilingState.STOPPED, FilingState.FILED, False),
     ]
 
 

@@ -50,10 +50,10 @@ PUBLISH: dict[
     "dropped before recording": (lambda s: s.drop("update_issue"), REREAD, DONE2, 1),
     "500": (lambda s: s.fail("update_issue", 500), REREAD, DONE2, 1),
     "secondary limit": (lambda s: s.secondary_limit("update_issue"), DEFERRED, DONE1, 1),
-    "422": (
+    "422 on the body": (
         lambda s: s.validation_failed("update_issue", "body"),
-        (ActionState.FAILED, "GITHUB_422", 1),
-        (ActionState.FAILED, "GITHUB_422", 1),
+        (ActionState.FAILED, "CONTENT_REFUSED", 1),
+        (ActionState.FAILED, "CONTENT_REFUSED", 1),
         0,
     ),
     "issue read fails 404": (

@@ -186,7 +186,7 @@ def test_make_private_without_a_private_repository_is_refused(
 def test_a_stopped_filing_says_how_to_go_on(
     issues_db: OutboxTestDatabase, tracker_server: GitHubTestServer
 ) -> None:
-    tracker_server.validation_failed("create_issue")
+    tracker_server.fail("create_issue", 403, "Resource not accessible by integration")
     submit(issues_db)
     issues_db.drain()
     with issues_db.connect() as conn, pytest.raises(NotFiled, match="submit the report again"):

@@ -80,6 +80,7 @@ async def test_several_markers_are_found_in_one_listing_of_each_kind_of_comment(
         two = await tracker.create_review_comment(
             PUBLIC, pull, f"{second}\nnit", commit_id="abc", path="a.py", line=2, side="LEFT"
         )
+        await tracker.identity()  # asked once, before the first listing
         before = len(tracker_server.requests)
         found = await tracker.find_comments(PUBLIC, pull, [first, missing], per_page=25)
         assert found.complete and found.pages == 3 and len(tracker_server.requests) == before + 3
@@ -127,13 +128,9 @@ async def test_a_listing_cut_short_by_max_pages_is_not_complete(
     async with client(tracker_server) as tracker:
         for n in range(5):
             await tracker.create_issue(PUBLIC, title=f"t{n}", body="b")
-        found = await tracker.find_issue(
-            PUBLIC, "absent", creator=tracker_server.login, since=None, per_page=2, max_pages=2
-        )
+        found = await tracker.find_issue(PUBLIC, "absent", since=None, per_page=2, max_pages=2)
         assert (found.item, found.complete, found.pages) == (None, False, 2)
-        whole = await tracker.find_issue(
-            PUBLIC, "absent", creator=tracker_server.login, since=None, per_page=2
-        )
+        whole = await tracker.find_issue(PUBLIC, "absent", since=None, per_page=2)
         assert (whole.complete, whole.pages) == (True, 3)
         assert len(await tracker.list_issues(PUBLIC, per_page=2)) == 5
         assert await tracker.list_issues(PUBLIC, creator="nobody") == []
@@ -166,7 +163,7 @@ async def test_failures_are_typed_by_what_they_prove(tracker_server: GitHubTestS
 
     async with GitHubTracker(tracker_server.api_url, "wrong") as bad:
         with pytest.raises(Refused, match="Bad credentials"):
-            await bad.viewer_login()
+            await bad.identity()
 
 
 async def test_a_refused_connection_is_not_sent_and_is_never_retried_by_the_client() -> None:
@@ -250,7 +247,6 @@ def test_the_token_is_never_printed() -> None:
     [
         ({"repository": "feedback"}, "owner/name"),
         ({"api_url": "api.github.com"}, "http"),
-        ({"repository": "a/b", "private_repository": "a/b"}, "same as repository"),
         ({"app_slug": "bad slug"}, "login or slug"),
     ],
 )
@@ -259,6 +255,21 @@ def test_bad_settings_say_what_to_write(values: dict[str, str], match: str) -> N
 
     with pytest.raises(ConfigurationError, match=match):
         IssuesSettings(**values)
+
+
+@pytest.mark.parametrize("private", ["acme/feedback", "Acme/FEEDBACK"])
+def test_the_private_repository_must_differ_from_the_filing_one_and_the_error_names_both(
+    private: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from outbox_core import ConfigurationError
+
+    monkeypatch.setenv("OUTBOX_ISSUES_REPOSITORY", "acme/feedback")
+    monkeypatch.setenv("OUTBOX_ISSUES_PRIVATE_REPOSITORY", private)
+    with pytest.raises(ConfigurationError) as refused:
+        IssuesSettings.load()
+    message = str(refused.value)
+    assert "OUTBOX_ISSUES_PRIVATE_REPOSITORY names the same repository as" in message
+    assert "OUTBOX_ISSUES_REPOSITORY (acme/feedback)" in message and "\n" not in message
 
 
 def test_a_bad_setting_stops_the_adapters_build_with_one_line_naming_it(

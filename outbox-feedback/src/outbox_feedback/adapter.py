@@ -14,7 +14,10 @@ then records in ``attempt.transaction()``, committed before the provider call, t
 write may have started (``feedback_copy.state = 'writing'``); after the answer it confirms the
 copy in another ``attempt.transaction()``. An attempt starts by reading the copy rows: a copy
 whose write may have reached the tracker is read back by its marker (one listing of the pull
-request's comments or review comments, every page) before anything else is written.
+request's comments or review comments, every page) before anything else is written. Only a
+comment the token's own identity wrote is taken for a copy (``GitHubTracker.identity``): a
+copy marker is predictable, and one that anyone else planted is ignored and counted
+(``readback.foreign_marker``), never edited or deleted as if it were the copy.
 
 Answers become results as in ``outbox_issues.adapter.result_for``, with one difference: once a
 copy of this attempt may have been written, a rate limit or a refused connection is a Reread
@@ -34,6 +37,8 @@ rate limit or refused connection after a copy of this      Reread (after the lim
 attempt may have been written
 401, 403, 404 on the pull request, 410, 422 (a line that   Failed, ``GITHUB_<status>``
 is not in the diff)
+a 422 on a copy's body (checked when the feedback was      Failed, ``CONTENT_REFUSED``
+stored; refused all the same)
 a 404 on the edit or delete of one copy                    the copy is gone: created again
                                                            (edit), or settled (delete)
 a timeout, a dropped connection after the request was      Reread: the next attempt reads the
@@ -60,7 +65,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, ClassVar, cast
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_core import (
@@ -73,14 +78,16 @@ from outbox_core import (
     AdapterResult,
     Cancelled,
     Done,
+    EnqueueCheck,
     Failed,
     KindRegistry,
     Outbox,
     Reread,
     StopReason,
 )
+from outbox_core.steps import Query, Steps, arun, run
 from outbox_issues.adapter import STOP_REASONS as TRACKER_STOP_REASONS
-from outbox_issues.adapter import TrackerAdapter, result_for
+from outbox_issues.adapter import TrackerAdapter, listing_lag, result_for
 from outbox_issues.tracker import NotSent, RateLimited, Refused, TrackerError, Unanswered
 
 from .copies import (
@@ -90,6 +97,7 @@ from .copies import (
     Item,
     Op,
     Wanted,
+    check_copies,
     digest_in,
     item_copy,
     position_of,
@@ -150,6 +158,30 @@ class FeedbackAdapter(TrackerAdapter):
     def variants(cls) -> ActionVariants:
         return ActionVariants.key_suffix(VARIANTS, SendPayload)
 
+    # -- at enqueue ----------------------------------------------------------------------------
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        """The copies this send will write, as the caller's transaction holds the feedback,
+        must each be a comment GitHub takes whole (:func:`copies.check_copies`, with this
+        send's own key): refused before anything is written, on every enqueue path."""
+        run(conn, cls._copies_steps(check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        await arun(conn, cls._copies_steps(check))
+
+    @classmethod
+    def _copies_steps(cls, check: EnqueueCheck) -> Steps[None]:
+        feedback_id = cast(SendPayload, check.body).feedback
+        named = queries(check.schema)
+        rows = yield Query(named["sent_content"], {"feedback": feedback_id})
+        if cls.retracting or not rows or rows[0][1]:
+            return  # a retract writes no copy; an unknown feedback is the queue's to refuse
+        items = yield Query(named["items_of"], {"feedback": feedback_id})
+        stored = [Item(*row) for row in items]
+        check_copies(feedback_id, rows[0][0], stored, check.request.idempotency_key)
+
     # -- execute -------------------------------------------------------------------------------
 
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
@@ -157,7 +189,9 @@ class FeedbackAdapter(TrackerAdapter):
             self.event(
                 "feedback.not_configured", attempt, logging.ERROR, missing="OUTBOX_ISSUES_TOKEN"
             )
-            return Failed(StopReason.NOT_CONFIGURED)
+            return Failed(
+                StopReason.NOT_CONFIGURED, detail="not configured: OUTBOX_ISSUES_TOKEN unset"
+            )
         feedback_id = cast(SendPayload, attempt.body).feedback
         async with attempt.transaction() as conn:
             facts = await self._read_feedback(conn, attempt, feedback_id)
@@ -230,9 +264,10 @@ class FeedbackAdapter(TrackerAdapter):
                 listed = await find(
                     facts.repository, facts.pull_number, markers, max_pages=self.settings.max_pages
                 )
+                self.foreign_markers(attempt, listed, f"{surface}s")
                 if not listed.complete:
                     self.event("feedback.listing_incomplete", attempt, logging.WARNING)
-                    return Reread()
+                    return self.incomplete()
                 assert listed.item is not None
                 found.update(listed.item)
         except TrackerError as error:
@@ -249,7 +284,7 @@ class FeedbackAdapter(TrackerAdapter):
                 started = row.write_started_at
                 if row.write_op == "create" and started is not None and started + lag > facts.now:
                     # A new comment can be missing from listings for a while: look again.
-                    return Reread(after=started + lag - facts.now)
+                    return listing_lag(started + lag - facts.now)
                 copies[row.item_id] = await self._absent(conn, facts, row)
         return replace(facts, copies=copies)
 
@@ -390,9 +425,12 @@ class FeedbackAdapter(TrackerAdapter):
         written, a rate limit or a refused connection keeps the fence (Reread). The copy rows,
         not the action's fence, say what earlier attempts may have written."""
         if wrote and isinstance(error, RateLimited):
-            return Reread(after=timedelta(seconds=error.wait_seconds))
+            wait = error.wait_seconds
+            return Reread(
+                after=timedelta(seconds=wait), detail=f"{error.detail}, waiting {wait:g} s"
+            )
         if wrote and isinstance(error, NotSent):
-            return Reread()
+            return Reread(detail=error.detail)
         return result_for(error, may_have_written=wrote)
 
     # -- ended ---------------------------------------------------------------------------------

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from outbox_issues import markers
+from outbox_issues import limits, markers
 
 SUMMARY = "summary"
 Surface = Literal["comment", "review_comment"]
@@ -95,6 +96,20 @@ class Wanted:
             f"<!-- outbox:feedback-content {self.digest} -->\n"
             f"{markers.action_marker(action_key)}\n"
         )
+
+
+def check_copies(
+    feedback_id: str, summary: str | None, items: Sequence[Item], action_key: str
+) -> None:
+    """Refuse (:class:`~outbox_core.InvalidRequest`) a copy GitHub would not take whole: each
+    comment's body as the send of ``action_key`` writes it (the text made inert, its markers,
+    ``**Resolved.**`` when marked) over 65,536 characters (:mod:`outbox_issues.limits`)."""
+    if summary is not None:
+        body = summary_copy(feedback_id, summary).body(action_key)
+        limits.check_body("summary", body, "the summary comment")
+    for index, item in enumerate(items):
+        body = item_copy(feedback_id, item).body(action_key)
+        limits.check_body(f"items[{index}].body", body, f"the review comment of {item.item_id!r}")
 
 
 def summary_copy(feedback_id: str, summary: str) -> Wanted:

@@ -14,7 +14,7 @@ adapters read the rest.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,14 +30,17 @@ from outbox_core import (
 )
 from outbox_core.lane_locks import LocksBusy
 from outbox_core.steps import NeedsAsync, Query, Steps, arun, run
+from outbox_issues import limits
 
 from .adapter import DELIVER_FEEDBACK, EDIT_FEEDBACK, RETRACT_FEEDBACK, SUPERSEDED
-from .copies import SUMMARY, Item
+from .copies import SUMMARY, Item, check_copies
 from .domain import FEEDBACK_ID, Feedback, lane, queries, send_key
 from .errors import FeedbackRetracted, NewerSendInLane, SendInProgress, UnknownFeedback
 
-MAX_TEXT = 60_000  # GitHub refuses a comment body above 65,536 characters (422)
 CANCEL_WAIT_SECONDS = 2.0
+LONGEST_SEND = 2**31 - 1
+"""The highest send number a feedback's key can carry (``feedback.sends`` is an integer): a
+copy's body is measured with that key's marker, the longest any send of it writes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +67,19 @@ def _feedback_id(value: object) -> str:
 
 
 def _text(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequest(field, "must be a non-empty string")
-    if len(value) > MAX_TEXT:
-        raise InvalidRequest(field, f"must be at most {MAX_TEXT} characters, got {len(value)}")
+    if not isinstance(value, str) or not limits.visible(value):
+        raise InvalidRequest(
+            field, "must hold a visible character (not only spaces or invisible characters)"
+        )
     return value
+
+
+def _fits(feedback_id: str, summary: str | None, items: Sequence[Item] | None) -> None:
+    """Refuse what a later send could not write whole (:func:`copies.check_copies`), before
+    the feedback is stored: measured with the longest key a send of it can carry, and each
+    item as if marked resolved (a mark adds ``**Resolved.**``)."""
+    resolved = [replace(item, resolved=True) for item in items or ()]
+    check_copies(feedback_id, summary, resolved, send_key(feedback_id, LONGEST_SEND))
 
 
 def _items(items: Sequence[Item]) -> list[Item]:
@@ -150,6 +161,7 @@ def create_feedback_steps(
         raise InvalidRequest("pull_number", "must be a pull request number of at least 1")
     _text("summary", summary)
     checked = _items(items)
+    _fits(feedback_id, summary, checked)
     named = queries(outbox.schema)
     inserted = yield Query(
         named["insert_feedback"],
@@ -245,6 +257,7 @@ def decide_steps(
     if summary is not None:
         _text("summary", summary)
     checked = _items(items) if items is not None else None
+    _fits(feedback_id, summary, checked)
     named = queries(outbox.schema)
     row = yield from _open_feedback_steps(named, feedback_id)
     if summary is not None:

@@ -16,8 +16,10 @@ primary rate limit: 403 or 429 with                        Defer until ``x-ratel
 ``x-ratelimit-remaining: 0``; GraphQL ``RATE_LIMITED``     (the tracker's clock, its ``Date``)
 secondary rate limit: 403 or 429 whose message says so,    Defer for ``retry-after``, at least
 or with ``retry-after``                                    a minute without it
-any other 403; 401; 404 and 410 on the repository; 422     Failed, ``GITHUB_<status>``
-on the content; any other 4xx or 3xx
+a 422 refusing the title or the body we sent (checked at   Failed, ``CONTENT_REFUSED`` (its
+enqueue, refused all the same: a limit not known here)     fields in the detail; logged ERROR)
+any other 403; 401; 404 and 410 on the repository; any     Failed, ``GITHUB_<status>``
+other 422, 4xx or 3xx
 GraphQL ``errors`` (HTTP 200) of another type              Failed, ``GRAPHQL_NOT_FOUND``,
                                                            ``GRAPHQL_FORBIDDEN`` or
                                                            ``GRAPHQL_ERROR``; never Done
@@ -31,8 +33,15 @@ created by the identity the token writes as, ``state=all``, updated since the wr
 minus a skew margin, every page (never the search API: it is eventually consistent), and looks
 for its marker. Found: Done. Listed completely at least ``listing_lag_seconds`` (2 minutes)
 after the latest write, and absent: it writes again behind a new fence. Listed completely but
-sooner: Reread (a new issue can be missing from listings for a while). The listing fails:
-Reread, and UNCERTAIN at the last attempt.
+sooner: Reread after the lag that is left (a new issue can be missing from listings for a
+while). The listing fails (a 5xx, a dropped connection, a timeout): Reread with what it saw.
+
+Read-backs follow the core's rule (``Reread`` in ``outbox_core.results``): a Reread from an
+attempt that wrote counts an attempt (UNCERTAIN ``ATTEMPTS_EXHAUSTED`` at the last); one from an
+attempt that only read counts none, the core choosing the growing wait, until GitHub has been
+unreadable for the kind's ``unreadable_for`` (15 minutes) since the write started: then
+UNCERTAIN ``READBACK_UNAVAILABLE``. Every Reread, Defer and Failed says in its detail what the
+attempt saw (``HTTP 503 Service Unavailable``, ``listing lag: ...``, ``not configured: ...``).
 
 ``PUBLISH_REPORT`` reads the issue first and compares its content marker (generation and
 digest): equal is Done without a write. ``TRANSFER_ISSUE`` reads back by the issue's node id
@@ -51,7 +60,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 from urllib.parse import urlsplit
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_core import (
@@ -65,6 +74,7 @@ from outbox_core import (
     ConfiguredAdapter,
     Defer,
     Done,
+    EnqueueCheck,
     Failed,
     OutboxSettings,
     PerLoop,
@@ -73,17 +83,21 @@ from outbox_core import (
     StopReason,
     action_event,
 )
+from outbox_core.steps import Query, Steps, arun, run
 
 from . import markers
+from .content import Content, check_fits, compose
 from .domain import FilingState, file_key, queries, sources
 from .settings import IssuesSettings
 from .tracker import (
+    Found,
     GraphQLRefused,
     Issue,
     NotSent,
     RateLimited,
     Refused,
     TrackerError,
+    said,
 )
 
 if TYPE_CHECKING:
@@ -103,8 +117,33 @@ GRAPHQL_REASONS = {
     "FORBIDDEN": "GRAPHQL_FORBIDDEN",
 }
 GRAPHQL_ERROR = "GRAPHQL_ERROR"
+CONTENT_REFUSED = "CONTENT_REFUSED"
+"""GitHub refused what was written (422 on the title, the body): nothing was written. A
+filing stopped so can be filed again by ``edit_report`` with content that fits."""
+_CONTENT_FIELDS = frozenset({"title", "body", "data"})  # "data": an issue comment's body
 REFUSED_STATUSES = (*range(300, 400), *range(400, 500))
 DELETED, SCRUBBED = "#deleted", "#scrubbed"
+
+
+NO_FILING = "no filing of this report"
+
+
+def listing_lag(wait: timedelta) -> Reread:
+    """A write that may still be missing from listings: looked for again once it shows."""
+    return Reread(
+        after=wait,
+        detail=f"listing lag: a write this recent may not be listed yet, again in "
+        f"{wait.total_seconds():.0f} s",
+    )
+
+
+def in_history(url: str) -> str:
+    """What a scrub leaves published: the issue's earlier bodies in GitHub's edit history."""
+    return (
+        f"earlier versions of {url} in GitHub's edit history (readable by anyone who can read "
+        "the issue; GitHub has no API to remove a revision: remove them in its web UI, or ask "
+        "GitHub Support)"
+    )
 
 
 def refused_reason(status: int) -> str:
@@ -115,8 +154,34 @@ def refused_reason(status: int) -> str:
 STOP_REASONS = frozenset(
     {refused_reason(code) for code in REFUSED_STATUSES}
     | set(GRAPHQL_REASONS.values())
-    | {GRAPHQL_ERROR, NOT_FILED, REPORT_ERASED, UNKNOWN_REPORT}
+    | {GRAPHQL_ERROR, CONTENT_REFUSED, NOT_FILED, REPORT_ERASED, UNKNOWN_REPORT}
 )
+
+
+def refused_content(error: Refused) -> list[str]:
+    """What of the content sent a 422 refuses (``body:custom``, ``title:missing_field``);
+    empty for any other refusal."""
+    if error.status != 422:
+        return []
+    return [
+        f"{found.get('field')}:{found.get('code')}"
+        for found in error.errors
+        if isinstance(found, dict) and found.get("field") in _CONTENT_FIELDS
+    ]
+
+
+def _content_detail(error: Refused, fields: list[str]) -> str:
+    """``HTTP 422 Validation Failed: body:custom (body is too long (maximum is … characters))``:
+    the fields and GitHub's first words about them, never the content."""
+    words = next(
+        (
+            said(str(found["message"]))
+            for found in error.errors
+            if isinstance(found, dict) and found.get("message")
+        ),
+        "",
+    )
+    return f"{error.detail}: {', '.join(fields)}" + (f" ({words})" if words else "")
 
 
 def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
@@ -130,6 +195,9 @@ def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
         case RateLimited(wait_seconds=wait):
             return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
         case Refused(status=status) if status is not None:
+            fields = refused_content(error)
+            if fields:
+                return Failed(CONTENT_REFUSED, detail=_content_detail(error, fields))
             return Failed(refused_reason(status), detail=detail)
         case GraphQLRefused(types=types):
             for kind in types:
@@ -192,6 +260,8 @@ class Facts:
     text: str | None
     report_generation: int | None
     now: datetime
+    delete_refused: str | None = None
+    """Why the tracker refused to delete the issue (the cleanup scrubs it instead)."""
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Facts:
@@ -201,35 +271,15 @@ class Facts:
         return cls(*values)
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
-    title: str
-    body: str
-    labels: list[str]
-    digest: str
-
-
-def compose(
+def content_of(
     report_id: str, facts: Facts, generation: int, labels: list[str], extra_keys: tuple[str, ...]
 ) -> Content:
-    """The issue's title, body and labels for ``generation``: the draft's answer when one was
-    kept for it, else the report's own title; the reporter's text (and the draft, which
-    derives from it) between the two markers a scrub looks for. The reporter's identity never
-    appears: an opaque reference to the report does."""
+    """The issue of ``generation`` from what the attempt read (:func:`content.compose`): the
+    draft's answer when one was kept for that generation."""
     assert facts.title is not None and facts.text is not None
     drafted = facts.draft_generation == generation and facts.draft_body is not None
-    title = facts.draft_title if drafted and facts.draft_title else facts.title
-    text = f"{facts.draft_body}\n\n---\n\n{facts.text}" if drafted else facts.text
-    title = " ".join(title.split())[:256] or f"Feedback report {report_id}"
-    visible = (
-        f"{markers.reporter_section(text)}\n\n"
-        f"<sub>Feedback report `{markers.inert_key(report_id)}`, generation {generation}</sub>\n"
-    )
-    keys = (file_key(report_id, 1), *extra_keys)
-    hidden = "".join(f"{markers.action_marker(key)}\n" for key in keys)
-    digest = markers.digest(title, visible + hidden, labels)
-    body = visible + hidden + markers.content_marker(report_id, generation, digest) + "\n"
-    return Content(title, body, labels, digest)
+    draft = (facts.draft_title, facts.draft_body or "") if drafted else None
+    return compose(report_id, facts.title, facts.text, generation, labels, extra_keys, draft=draft)
 
 
 _httpx_loaded = False
@@ -271,7 +321,6 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         self.queries = queries(schema)
         self.max_concurrency = self.settings.max_concurrency
         self._client = PerLoop(self._open_tracker, _close_tracker)
-        self._writer: str | None = self.settings.configured_writer
 
     @classmethod
     def bind(cls, settings: IssuesSettings | None = None, **values: Any) -> type[Self]:
@@ -295,6 +344,7 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         return GitHubTracker(
             settings.api_url,
             settings.token,
+            identity=settings.configured_writer,
             graphql_url=settings.effective_graphql_url,
             connect_timeout=settings.connect_timeout_seconds,
             timeout=settings.request_timeout_seconds,
@@ -323,7 +373,9 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         if not missing:
             return None
         self.event("issues.not_configured", attempt, logging.ERROR, missing=",".join(missing))
-        return Failed(StopReason.NOT_CONFIGURED)
+        return Failed(
+            StopReason.NOT_CONFIGURED, detail=f"not configured: {', '.join(missing)} unset"
+        )
 
     async def read(self, attempt: ActionAttempt, report_id: str) -> Facts | None:
         """The filing and the report, under the attempt's lease."""
@@ -334,12 +386,6 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         cursor = await conn.execute(self.queries["read_for_write"], {"report": report_id})
         row = await cursor.fetchone()
         return None if row is None else Facts.from_row(row)
-
-    async def writer(self) -> str:
-        """The login the token writes as: from the settings, else ``GET /user`` once."""
-        if self._writer is None:
-            self._writer = await self.tracker().viewer_login()
-        return self._writer
 
     def since(self, attempt: ActionAttempt, facts: Facts) -> datetime:
         """Where a marker search starts: the action's (or the filing's) first write, minus the
@@ -377,9 +423,18 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
             status=error.status,
             result=type(result).__name__,
             # The tracker's own words (never a body we sent): "Bad credentials", "Resource not
-            # accessible by integration" (an App token at GET /user: set the App's slug).
+            # accessible by integration".
             error=str(error)[:300],
         )
+        if isinstance(result, Failed) and result.reason == CONTENT_REFUSED:
+            # Checked at enqueue, refused all the same (a limit this package does not know,
+            # a server of its own): nothing was written, and someone must shorten it.
+            self.event(
+                f"{self.event_prefix}.content_refused",
+                attempt,
+                logging.ERROR,
+                fields=",".join(refused_content(cast(Refused, error))),
+            )
         return result
 
     async def find_filed(
@@ -388,20 +443,42 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         """The issue that ``FILE_ISSUE`` filed for this report, looked for by its marker in
         ``repositories``; and whether every listing was complete."""
         marker = markers.action_marker(file_key(report_id, 1))
-        writer = await self.writer()
         complete = True
         for repository in repositories:
             found = await self.tracker().find_issue(
                 repository,
                 marker,
-                creator=writer,
                 since=self.since(attempt, facts),
                 max_pages=self.settings.max_pages,
             )
+            self.foreign_markers(attempt, found, "issues")
             if found.item is not None:
                 return found.item, True
             complete = complete and found.complete
         return None, complete
+
+    def incomplete(self) -> Reread:
+        """A listing longer than ``max_pages``: absence proves nothing, read again."""
+        return Reread(detail=f"listing incomplete: more than {self.settings.max_pages} pages")
+
+    def shortened(self, attempt: ActionAttempt, content: Content) -> None:
+        """Say when the draft's answer was shortened to fit GitHub's limit (``draft_cut``)."""
+        if content.draft_cut:
+            self.event("issues.draft_shortened", attempt, logging.INFO, cut=content.draft_cut)
+
+    def foreign_markers(self, attempt: ActionAttempt, found: Found[Any], where: str) -> None:
+        """Count what a read-back by marker ignored because someone other than the token's
+        identity wrote it (``readback.foreign_marker``): a marker is predictable, and anyone
+        who can comment can plant one, so only the token's own writes are taken for ours."""
+        for author, ref in found.foreign:
+            self.event(
+                "readback.foreign_marker",
+                attempt,
+                logging.WARNING,
+                author=author,
+                ref=ref,
+                where=where,
+            )
 
     async def locate(
         self, conn: AsyncConnection[Any], query: str, report_id: str, url: str
@@ -420,7 +497,36 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         action_event(name, action.id, action.kind, level=logging.INFO, **fields)
 
 
-class FileIssueAdapter(TrackerAdapter):
+class IssueContentCheck(TrackerAdapter):
+    """The enqueue check of the kinds that write an issue's content (``FILE_ISSUE``,
+    ``PUBLISH_REPORT``): the stored report of the payload's generation must make an issue
+    GitHub takes whole (:func:`content.check_fits`), else the request is refused before
+    anything is written. ``submit_report`` and ``edit_report`` measure what they are about to
+    store themselves: their report is not stored when the check runs, so it passes here."""
+
+    kind: ClassVar[str] = "ISSUE_CONTENT_BASE"
+
+    @classmethod
+    def check_enqueue(cls, conn: Connection[Any], check: EnqueueCheck) -> None:
+        run(conn, cls._content_steps(check))
+
+    @classmethod
+    async def acheck_enqueue(cls, conn: AsyncConnection[Any], check: EnqueueCheck) -> None:
+        await arun(conn, cls._content_steps(check))
+
+    @classmethod
+    def _content_steps(cls, check: EnqueueCheck) -> Steps[None]:
+        payload = cast(GenerationPayload, check.body)
+        report_id = payload.report
+        rows = yield Query(queries(check.schema)["report_content"], {"report": report_id})
+        if not rows or rows[0][2] != payload.generation:
+            return  # not stored yet (submit, edit: they measure it), or another generation
+        title, text, generation = rows[0]
+        keys = () if cls.kind == FILE_ISSUE else (check.request.idempotency_key,)
+        check_fits(report_id, title, text, generation, keys)
+
+
+class FileIssueAdapter(IssueContentCheck):
     """``FILE_ISSUE``: create the report's issue (title, body, labels), once."""
 
     kind = FILE_ISSUE
@@ -437,7 +543,7 @@ class FileIssueAdapter(TrackerAdapter):
         report_id = payload.report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         repository = facts.repository or cast(str, self.settings.repository)
         if attempt.write_started:
             try:
@@ -449,17 +555,17 @@ class FileIssueAdapter(TrackerAdapter):
                 return Done(issue.html_url)
             if not complete:
                 self.event("issues.listing_incomplete", attempt, logging.WARNING)
-                return Reread()
+                return self.incomplete()
             wait = self.too_soon(attempt, facts)
             if wait is not None:
-                return Reread(after=wait)
+                return listing_lag(wait)
             self.event("issues.absent_after_write", attempt, logging.WARNING)
         # The report may have been erased since: decide under the filing's lock, and say on
         # the filing that a write starts (an erasure from now on scrubs what it writes).
         async with attempt.transaction() as conn:
             facts = await self._read(conn, report_id)
             if facts is None:
-                return Failed(UNKNOWN_REPORT)
+                return Failed(UNKNOWN_REPORT, detail=NO_FILING)
             if not facts.report_exists:
                 reason = StopReason.ABSENT if attempt.write_started else REPORT_ERASED
                 return Cancelled(reason)
@@ -471,7 +577,8 @@ class FileIssueAdapter(TrackerAdapter):
                     "from": sources(FilingState.FILING),
                 },
             )
-        content = compose(report_id, facts, payload.generation, self.settings.labels, ())
+        content = content_of(report_id, facts, payload.generation, self.settings.labels, ())
+        self.shortened(attempt, content)
         if not await attempt.fence().begin_write():
             return Abandoned()
         try:
@@ -509,7 +616,7 @@ class FileIssueAdapter(TrackerAdapter):
         )
 
 
-class PublishReportAdapter(TrackerAdapter):
+class PublishReportAdapter(IssueContentCheck):
     """``PUBLISH_REPORT`` (``/publish``): bring the filed issue to the report's generation."""
 
     kind = PUBLISH_REPORT
@@ -526,14 +633,15 @@ class PublishReportAdapter(TrackerAdapter):
         report_id = payload.report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED)
+            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
         if not facts.report_exists:
             return Cancelled(REPORT_ERASED)
-        content = compose(
+        content = content_of(
             report_id, facts, payload.generation, self.settings.labels, (attempt.idempotency_key,)
         )
+        self.shortened(attempt, content)
         marker = markers.content_marker(report_id, payload.generation, content.digest)
         tracker = self.tracker()
         # Read first, every attempt: the issue already showing this content is Done.
@@ -595,9 +703,9 @@ class TransferIssueAdapter(TrackerAdapter):
         report_id = cast(ReportPayload, attempt.body).report
         facts = await self.read(attempt, report_id)
         if facts is None:
-            return Failed(UNKNOWN_REPORT)
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
         if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED)
+            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
         if facts.repository == target and facts.issue_url is not None:
             return Done(facts.issue_url)
         tracker = self.tracker()
@@ -612,7 +720,9 @@ class TransferIssueAdapter(TrackerAdapter):
             # Read first, every attempt: an earlier attempt (or a person) may have moved it.
             node = await tracker.issue_by_node(node_id)
             if node is None:
-                return Failed(GRAPHQL_REASONS["NOT_FOUND"])
+                return Failed(
+                    GRAPHQL_REASONS["NOT_FOUND"], detail="GraphQL node: the issue is gone"
+                )
             if node.repository == target:
                 return Done(node.url)
             repository = await tracker.repository(target)
@@ -679,8 +789,10 @@ class CleanupIssueAdapter(TrackerAdapter):
             self.event("issues.cleanup.nothing_filed", attempt, logging.INFO)
             return Done(None)
         repository, _ = issue_location(issue.html_url)
-        if self.settings.delete_on_erasure:
-            return await self._delete(attempt, issue)
+        if self.settings.delete_on_erasure and facts.delete_refused is None:
+            deleted = await self._delete(attempt, report_id, issue)
+            if deleted is not None:
+                return deleted
         return await self._scrub(attempt, report_id, repository, issue)
 
     async def _locate(
@@ -699,11 +811,16 @@ class CleanupIssueAdapter(TrackerAdapter):
         if issue is not None:
             return issue
         if not complete:
-            return Reread()
+            return self.incomplete()
         wait = self.too_soon(attempt, facts)
-        return Reread(after=wait) if wait is not None else None
+        return listing_lag(wait) if wait is not None else None
 
-    async def _delete(self, attempt: ActionAttempt, issue: Issue) -> AdapterResult:
+    async def _delete(
+        self, attempt: ActionAttempt, report_id: str, issue: Issue
+    ) -> AdapterResult | None:
+        """Delete the issue (GraphQL ``deleteIssue``). None when the tracker refuses the delete
+        (a GraphQL without the mutation, ``FORBIDDEN`` for a token without admin rights, a
+        404): nothing was deleted, the filing says why, and the issue is scrubbed instead."""
         tracker = self.tracker()
         if attempt.write_started:
             try:
@@ -715,6 +832,14 @@ class CleanupIssueAdapter(TrackerAdapter):
             return Abandoned()
         try:
             await tracker.delete_issue(issue.node_id)
+        except (Refused, GraphQLRefused) as refused:
+            why = f"deleteIssue refused: {refused.detail}"
+            async with attempt.transaction() as conn:
+                await conn.execute(
+                    self.queries["delete_refused"], {"report": report_id, "why": why}
+                )
+            self.event("issues.cleanup.delete_refused", attempt, logging.WARNING, detail=why)
+            return None
         except TrackerError as error:
             return self.failure(attempt, error, wrote=not isinstance(error, NotSent))
         self.event("issues.cleanup.deleted", attempt, logging.INFO, number=issue.number)
@@ -733,14 +858,23 @@ class CleanupIssueAdapter(TrackerAdapter):
             if issue.title != title or body != (issue.body or ""):
                 if not await attempt.fence().begin_write():
                     return Abandoned()
-                await tracker.update_issue(repository, issue.number, title=title, body=body)
-            quoting = [
-                comment
-                for comment in await tracker.list_comments(
-                    repository, issue.number, max_pages=self.settings.max_pages
-                )
-                if markers.has_marker(comment.body, markers.quote_marker(report_id))
-            ]
+                try:
+                    await tracker.update_issue(repository, issue.number, title=title, body=body)
+                except Refused as error:
+                    if error.status != 410:
+                        raise
+                    return Done(issue.html_url + DELETED)  # deleted meanwhile
+            found = await tracker.find_own_comments(
+                repository,
+                issue.number,
+                markers.quote_marker(report_id),
+                max_pages=self.settings.max_pages,
+            )
+            self.foreign_markers(attempt, found, "comments")
+            if not found.complete:
+                self.event("issues.listing_incomplete", attempt, logging.WARNING)
+                return self.incomplete()
+            quoting = found.item or []
             for comment in quoting:
                 if not attempt.fenced and not await attempt.fence().begin_write():
                     return Abandoned()
@@ -755,15 +889,20 @@ class CleanupIssueAdapter(TrackerAdapter):
         return Done(issue.html_url + SCRUBBED)
 
     async def ended(self, conn: AsyncConnection[Any], action: Action) -> None:
+        """DONE: the filing says scrubbed or deleted, and what is still published (a scrub
+        leaves the edit history). Any other ending keeps what the erasure recorded as still
+        published, and says what stopped the cleanup (``last_error``)."""
         report_id, _ = report_of(action.idempotency_key)
         if action.state is ActionState.DONE:
             ref = action.readback_ref or ""
+            retained = ref.endswith(SCRUBBED)
             await conn.execute(
                 self.queries["scrubbed"],
                 {
                     "report": report_id,
                     "deleted": ref.endswith(DELETED),
-                    "retained": ref.endswith(SCRUBBED),
+                    "retained": retained,
+                    "published": in_history(ref.removesuffix(SCRUBBED)) if retained else None,
                 },
             )
             return

@@ -44,7 +44,8 @@ class FilingState(enum.StrEnum):
     FILED = "FILED"
     """The issue exists: its number and URL are on the filing."""
     STOPPED = "STOPPED"
-    """``FILE_ISSUE`` ended FAILED, UNCERTAIN or CANCELLED: ``stop_reason`` says why."""
+    """``FILE_ISSUE`` ended FAILED, UNCERTAIN or CANCELLED: ``stop_reason`` says why. Final,
+    but for ``CONTENT_REFUSED`` (nothing was filed), which an edit files again (NEW)."""
 
 
 S = FilingState
@@ -57,7 +58,8 @@ TRANSITIONS: dict[FilingState, frozenset[FilingState]] = {
     S.FILING: frozenset({S.FILED, S.STOPPED}),
     # A re-draft of a filed report: the draft moves it, PUBLISH_REPORT brings it back.
     S.FILED: frozenset({S.DRAFT_CLAIMED, S.DRAFT_WAITING, S.ANSWERED}),
-    S.STOPPED: frozenset(),
+    # GitHub refused the content (CONTENT_REFUSED): an edit files a new generation.
+    S.STOPPED: frozenset({S.NEW}),
 }
 
 
@@ -122,6 +124,12 @@ class Filing:
     history_retains_text: bool
     draft_generation: int | None
     has_draft: bool
+    delete_refused: str | None = None
+    """Why the tracker refused to delete the issue after an erasure (the cleanup scrubbed it
+    instead): ``OUTBOX_ISSUES_DELETE_ON_ERASURE`` asked for a delete that did not happen."""
+    still_published: str | None = None
+    """What of the erased reporter's is still published on the tracker, and where: set by the
+    erasure, narrowed by the cleanup (its edit history after a scrub), None when nothing is."""
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Filing:

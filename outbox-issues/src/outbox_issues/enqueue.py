@@ -18,7 +18,8 @@ from psycopg import AsyncConnection, Connection
 
 from outbox_core import ActionRequest, Enqueued, InvalidRequest, Outbox, default_outbox
 
-from .adapter import FILE_ISSUE, PUBLISH_REPORT, TRANSFER_ISSUE, TrackerAdapter
+from .adapter import CONTENT_REFUSED, FILE_ISSUE, PUBLISH_REPORT, TRANSFER_ISSUE, TrackerAdapter
+from .content import check_fits
 from .domain import (
     Check,
     Enqueue,
@@ -37,7 +38,6 @@ from .hookspecs import DraftContext, NoDraft
 from .settings import IssuesSettings
 
 REPORT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-MAX_TITLE = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +57,9 @@ class Submitted:
     the issue uses the report's own text. None otherwise."""
 
 
-def _text(field: str, value: object, limit: int | None = None) -> str:
+def _text(field: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequest(field, "must be a non-empty string")
-    if limit is not None and len(value) > limit:
-        raise InvalidRequest(field, f"must be at most {limit} characters, got {len(value)}")
     return value
 
 
@@ -107,10 +105,16 @@ def _draft_context(report_id: str, generation: int, workspace_id: str, text: str
 def _locked(row: tuple[Any, ...] | None, report_id: str) -> tuple[FilingState, int, str, bool]:
     if row is None:
         raise UnknownReport("report_id", f"no report {report_id!r} was submitted")
-    state, generation, workspace, _, private, erased_at, _, exists = row
+    state, generation, workspace, _, private, erased_at, _, exists, *_ = row
     if erased_at is not None or not exists:
         raise ReportErased("report_id", f"the reporter of {report_id!r} was erased; nothing to do")
     return FilingState(state), generation, workspace, private
+
+
+def _refiling(row: tuple[Any, ...]) -> bool:
+    """Whether the filing stopped because GitHub refused its content (``CONTENT_REFUSED``):
+    nothing was filed, so an edit files the report again."""
+    return FilingState(row[0]) is FilingState.STOPPED and row[10] == CONTENT_REFUSED
 
 
 def _settings(outbox: Outbox, kind: str) -> IssuesSettings:
@@ -134,17 +138,12 @@ def _submit_steps(
     report_id = _report_id(report_id)
     _text("workspace_id", workspace_id)
     _text("reporter_account_id", reporter_account_id)
-    _text("title", title, MAX_TITLE)
     _text("text", text)
+    # The kinds' own enqueue checks measure a stored report; this one is not stored yet.
+    check_fits(report_id, title, text, 1, ())
     asked = _draft_request(outbox, _draft_context(report_id, 1, workspace_id, text))
     draft = asked if isinstance(asked, ActionRequest) else None
-    filing = ActionRequest(
-        kind=FILE_ISSUE,
-        lane_key=lane(report_id),
-        idempotency_key=file_key(report_id, 1),
-        payload={"report": report_id, "generation": 1},
-        workspace_id=workspace_id,
-    )
+    filing = _generation_request(FILE_ISSUE, report_id, 1, workspace_id)
     # Refused before anything is written: an unknown kind, an invalid request, a kind's own
     # enqueue check.
     yield Check(tuple(request for request in (draft, filing) if request is not None))
@@ -216,23 +215,30 @@ async def asubmit_report(
 # -- edit or re-draft, publish ---------------------------------------------------------------
 
 
-def _publish_request(report_id: str, generation: int, workspace_id: str) -> ActionRequest:
+def _generation_request(
+    kind: str, report_id: str, generation: int, workspace: str
+) -> ActionRequest:
+    """``FILE_ISSUE`` or ``PUBLISH_REPORT`` of one generation of the report."""
+    key = (file_key if kind == FILE_ISSUE else publish_key)(report_id, generation)
     return ActionRequest(
-        kind=PUBLISH_REPORT,
+        kind=kind,
         lane_key=lane(report_id),
-        idempotency_key=publish_key(report_id, generation),
+        idempotency_key=key,
         payload={"report": report_id, "generation": generation},
-        workspace_id=workspace_id,
+        workspace_id=workspace,
     )
 
 
-def _require_filed(state: FilingState, report_id: str, what: str) -> None:
+def _require_filed(state: FilingState, report_id: str, what: str, *, refile: bool = False) -> None:
     if state is not FilingState.FILED:
         raise NotFiled(
             "report_id",
             f"{what} needs a filed report; the filing of {report_id!r} is {state}"
             + (
-                ": its FILE_ISSUE stopped, submit the report again under a new id"
+                ": GitHub refused its content (CONTENT_REFUSED), nothing was filed; "
+                "edit_report with content that fits files it again"
+                if refile
+                else ": its FILE_ISSUE stopped, submit the report again under a new id"
                 if state is FilingState.STOPPED
                 else ": call it again once the filing is FILED"
             ),
@@ -243,34 +249,44 @@ def _edit_steps(
     outbox: Outbox, report_id: str, title: str | None, text: str | None
 ) -> Generator[Step, Any, Submitted]:
     report_id = _report_id(report_id)
-    if title is not None:
-        _text("title", title, MAX_TITLE)
     if text is not None:
         _text("text", text)
     row = yield Sql("lock_filing", {"report": report_id}, "one")
     state, generation, workspace, _ = _locked(row, report_id)
-    _require_filed(state, report_id, "an edit or a re-draft")
+    refile = _refiling(row)
+    if not refile:
+        _require_filed(state, report_id, "an edit or a re-draft")
     following = generation + 1
-    draft_text = text
-    if draft_text is None:
-        (draft_text,) = yield Sql("report_text", {"report": report_id}, "one")
+    stored_title, stored_text, _ = yield Sql("report_content", {"report": report_id}, "one")
+    draft_text = text if text is not None else stored_text
+    if refile:
+        # GitHub refused the content, so nothing was filed: the new generation is filed.
+        follow_up = _generation_request(FILE_ISSUE, report_id, following, workspace)
+        keys: tuple[str, ...] = ()
+    else:
+        follow_up = _generation_request(PUBLISH_REPORT, report_id, following, workspace)
+        keys = (follow_up.idempotency_key,)
+    heading = title if title is not None else stored_title
+    check_fits(report_id, heading, draft_text, following, keys)
     asked = _draft_request(outbox, _draft_context(report_id, following, workspace, draft_text))
     draft = asked if isinstance(asked, ActionRequest) else None
-    publish = _publish_request(report_id, following, workspace)
-    yield Check(tuple(request for request in (draft, publish) if request is not None))
+    yield Check(tuple(request for request in (draft, follow_up) if request is not None))
     changed = yield Sql(
         "new_generation", {"report": report_id, "title": title, "text": text}, "one"
     )
     yield Sql("filing_generation", {"report": report_id, "generation": changed[0]}, "none")
+    if refile:
+        yield Sql("refile", {"report": report_id, "reason": CONTENT_REFUSED}, "none")
     # After FILED, a new generation is not filed again: the draft (when installed) and then
     # PUBLISH_REPORT, which edits the existing issue to the new generation.
     drafted: Enqueued | None = (yield Enqueue(draft)) if draft is not None else None
-    published: Enqueued = yield Enqueue(publish)
+    queued: Enqueued = yield Enqueue(follow_up)
     return Submitted(
         report_id,
         following,
         created=True,
-        publish_action_id=published.id,
+        file_action_id=queued.id if refile else None,
+        publish_action_id=None if refile else queued.id,
         draft_action_id=drafted.id if drafted is not None else None,
         draft_skipped=asked.reason if isinstance(asked, NoDraft) else None,
     )
@@ -286,7 +302,9 @@ def edit_report(
 ) -> Submitted:
     """Start a new generation of a filed report: new ``title`` and/or ``text``, or neither for
     a re-draft. Enqueues the draft (when installed) and ``PUBLISH_REPORT`` of the new
-    generation, which brings the issue to it. Refused (:class:`NotFiled`) unless FILED."""
+    generation, which brings the issue to it. Refused (:class:`NotFiled`) unless FILED, or
+    STOPPED with ``CONTENT_REFUSED`` (GitHub refused the issue: nothing was filed), which
+    files the new generation (``FILE_ISSUE``) instead."""
     outbox = outbox if outbox is not None else default_outbox()
     return run_sync(conn, outbox, _edit_steps(outbox, report_id, title, text))  # type: ignore[no-any-return]
 
@@ -308,8 +326,10 @@ def _publish_steps(outbox: Outbox, report_id: str) -> Generator[Step, Any, Submi
     report_id = _report_id(report_id)
     row = yield Sql("lock_filing", {"report": report_id}, "one")
     state, generation, workspace, _ = _locked(row, report_id)
-    _require_filed(state, report_id, "/publish")
-    published: Enqueued = yield Enqueue(_publish_request(report_id, generation, workspace))
+    _require_filed(state, report_id, "/publish", refile=_refiling(row))
+    published: Enqueued = yield Enqueue(
+        _generation_request(PUBLISH_REPORT, report_id, generation, workspace)
+    )
     return Submitted(report_id, generation, published.created, publish_action_id=published.id)
 
 
@@ -339,7 +359,7 @@ def _private_steps(outbox: Outbox, report_id: str) -> Generator[Step, Any, Submi
         )
     row = yield Sql("lock_filing", {"report": report_id}, "one")
     state, generation, workspace, _ = _locked(row, report_id)
-    _require_filed(state, report_id, "Make private")
+    _require_filed(state, report_id, "Make private", refile=_refiling(row))
     request = ActionRequest(
         kind=TRANSFER_ISSUE,
         lane_key=lane(report_id),

@@ -4,9 +4,11 @@ In the erasure's own transaction, for each report of the erased account: the rep
 that have not started are cancelled (their ``ended`` hooks run, so the filing says STOPPED
 when its FILE_ISSUE never wrote); ``CLEANUP_ISSUE`` is enqueued in the report's lane whenever
 the filing has a write in flight or done (it runs after an in-flight FILE_ISSUE ends, and finds
-that issue by its marker); and the report (title, text, reporter) and the draft's answer are
-deleted. None of the issue kinds addresses the reporter (``subject_account_id`` is empty), so
-the core's erasure never deletes one whose write is in flight.
+that issue by its marker); the filing says what is still published and where
+(``still_published``, which the cleanup narrows); and the report (title, text, reporter) and
+the draft's answer are deleted. None of the issue kinds addresses the reporter
+(``subject_account_id`` is empty), so the core's erasure never deletes one whose write is in
+flight.
 """
 
 from __future__ import annotations
@@ -17,10 +19,27 @@ from psycopg import AsyncConnection
 
 from outbox_core import ActionRequest, StopReason, erasing_outbox
 
+from . import markers
 from .adapter import CLEANUP_ISSUE
-from .domain import FilingState, cleanup_key, lane, queries
+from .domain import FilingState, cleanup_key, file_key, lane, queries
 
 ERASED = StopReason.CANCELLED
+
+
+def still_published(report_id: str, repository: str | None, issue_url: str | None) -> str:
+    """What of an erased reporter's may be published on the tracker until ``CLEANUP_ISSUE``
+    removes it, and where, in words an operator can act on by hand: the issue (its URL, or
+    its repository and the marker its body carries when the filing never learned its number),
+    its title and body, its edit history, and this package's comments that quote the text."""
+    if issue_url is not None:
+        where = issue_url
+    else:
+        marker = markers.action_marker(file_key(report_id, 1))
+        where = f"the issue in {repository or 'the filing repository'} whose body holds {marker}"
+    return (
+        f"the reporter's title and text in {where} (its title, its body and earlier versions "
+        f"in its edit history), and the comments on it holding {markers.quote_marker(report_id)}"
+    )
 
 
 class IssuesPersonData:
@@ -57,7 +76,9 @@ class IssuesPersonData:
                         FilingState.FILED,
                     )
                 )
+                published = None
                 if written:
+                    published = still_published(report_id, filing[8], filing[9])
                     await outbox.aenqueue(
                         conn,
                         ActionRequest(
@@ -68,6 +89,8 @@ class IssuesPersonData:
                             workspace_id=workspace,
                         ),
                     )
-                await conn.execute(named["erase_filing_text"], {"report": report_id})
+                await conn.execute(
+                    named["erase_filing_text"], {"report": report_id, "published": published}
+                )
             await conn.execute(named["erase_report"], {"report": report_id})
         return len(reports)

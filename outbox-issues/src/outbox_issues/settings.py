@@ -124,10 +124,13 @@ class IssuesSettings(SectionSettings):
 
     @model_validator(mode="after")
     def _repositories_differ(self) -> IssuesSettings:
-        if self.private_repository is not None and self.private_repository == self.repository:
+        private, public = self.private_repository, self.repository
+        # GitHub's owner and repository names ignore case: acme/Feedback is acme/feedback.
+        if private is not None and public is not None and private.casefold() == public.casefold():
             raise ValueError(
-                "private_repository is the same as repository; Make private moves the issue to "
-                "another repository"
+                f"{self.source('private_repository')} names the same repository as "
+                f"{self.source('repository')} ({public}); Make private moves the issue to "
+                "another repository: name a private one that differs, or unset it"
             )
         return self
 

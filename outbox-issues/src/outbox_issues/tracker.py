@@ -6,6 +6,11 @@ use it, and so will ``outbox-feedback`` (issue and pull-request comments, review
   GitHub Enterprise Server, whose GraphQL endpoint is ``https://<host>/api/graphql``.
 - Listings follow the ``Link: <...>; rel="next"`` header page by page; ``find_*`` look for a
   marker in every page and say whether the listing was complete.
+- A marker is read back only from what the token itself wrote: every ``find_*`` matches the
+  entry's author (``user.login``) against :meth:`GitHubTracker.identity`, the identity the
+  token writes as, found once per client and kept. An entry carrying the marker from anyone
+  else is ignored and reported in ``Found.foreign`` (markers are predictable: anyone who can
+  comment can plant one).
 - Responses are typed (pydantic models that ignore fields they do not name).
 - Failures are typed by what they prove (:class:`NotSent`, :class:`Unanswered`,
   :class:`RateLimited`, :class:`Refused`, :class:`GraphQLRefused`), so an adapter maps them
@@ -18,6 +23,7 @@ httpx is imported when a client is made, not when this module is imported.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -119,11 +125,15 @@ class IssueNode(_Model):
 @dataclass(frozen=True, slots=True)
 class Found(Generic[T]):
     """What a marker search found (``item`` None: not there), and whether the listing was
-    complete: every page was read. Absence proves nothing when it was not."""
+    complete: every page was read. Absence proves nothing when it was not. ``foreign`` holds
+    (author, ref) of each listed entry that carried a wanted marker but was not written by
+    the token's identity (ref: ``#<number>`` of an issue, the id of a comment): ignored,
+    never taken for ours."""
 
     item: T | None
     complete: bool
     pages: int
+    foreign: tuple[tuple[str, str], ...] = ()
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -147,7 +157,9 @@ class TrackerError(Exception):
 # name a person, a place or a secret (an address, a URL or path, an IP, a long number: "API
 # rate limit exceeded for user ID 1234").
 _UNSAFE = re.compile(r"\S*[@/\\:]\S*|\d+(?:\.\d+){3}|\d{4,}")
-_GRAPHQL_TYPE = re.compile(r"[A-Z][A-Z_]{0,40}")
+# A GraphQL error's type (NOT_FOUND), or its extensions' code when it has none
+# (undefinedField: a schema without the field asked for).
+_GRAPHQL_TYPE = re.compile(r"[A-Za-z][A-Za-z_]{0,40}")
 
 
 def said(message: str) -> str:
@@ -216,7 +228,8 @@ class Refused(TrackerError):
 
 class GraphQLRefused(TrackerError):
     """GraphQL answered (HTTP 200) with ``errors``; ``types`` holds their ``type`` fields
-    (``NOT_FOUND``, ``FORBIDDEN``, ...). ``RATE_LIMITED`` raises :class:`RateLimited`."""
+    (``NOT_FOUND``, ``FORBIDDEN``, ...), or the ``extensions.code`` of one without a type
+    (``undefinedField``). ``RATE_LIMITED`` raises :class:`RateLimited`."""
 
     def __init__(self, message: str, *, types: Sequence[str]) -> None:
         named = [kind for kind in types if _GRAPHQL_TYPE.fullmatch(kind)]
@@ -224,6 +237,16 @@ class GraphQLRefused(TrackerError):
             message, status=200, detail=f"GraphQL {', '.join(named) if named else 'errors'}"
         )
         self.types = list(types)
+
+
+def _error_type(error: Any) -> str:
+    """A GraphQL error's ``type``, else its ``extensions.code`` (GitHub's schema errors, such
+    as ``undefinedField``, carry no type), else ""."""
+    if not isinstance(error, dict):
+        return ""
+    extensions = error.get("extensions")
+    code = extensions.get("code") if isinstance(extensions, dict) else None
+    return str(error.get("type") or code or "")
 
 
 def _until_reset(response: httpx.Response) -> float | None:
@@ -292,19 +315,29 @@ _TRANSFER = (
     f"{{ issue {{ {_ISSUE_FIELDS} }} }} }}"
 )
 _DELETE = "mutation($issue: ID!) { deleteIssue(input: {issueId: $issue}) { clientMutationId } }"
+_VIEWER = "query { viewer { login } }"
+
+
+def same_login(one: str, other: str) -> bool:
+    """GitHub logins are case-insensitive (the API answers with the account's own case, a
+    setting may be typed otherwise)."""
+    return one.casefold() == other.casefold()
 
 
 class GitHubTracker:
     """One tracker, one token. Use ``async with`` or call :meth:`aclose`.
 
     ``transport`` replaces the network (tests); the client never retries and never follows
-    redirects, whatever transport it is given."""
+    redirects, whatever transport it is given. ``identity`` is the login the token writes as
+    when the settings say it (``OUTBOX_ISSUES_WRITER_LOGIN``, or ``<slug>[bot]`` for
+    ``OUTBOX_ISSUES_APP_SLUG``); unset, :meth:`identity` asks the tracker once."""
 
     def __init__(
         self,
         api_url: str,
         token: SecretStr | str | None,
         *,
+        identity: str | None = None,
         graphql_url: str | None = None,
         connect_timeout: float = 5.0,
         timeout: float = 20.0,
@@ -317,6 +350,8 @@ class GitHubTracker:
 
         self.api_url = api_url.rstrip("/")
         self.graphql_url = graphql_url or graphql_url_for(self.api_url)
+        self._identity = identity
+        self._identity_asked = asyncio.Lock()
         secret = token if isinstance(token, SecretStr) or token is None else SecretStr(token)
         headers = {
             "Accept": "application/vnd.github+json",
@@ -471,16 +506,8 @@ class GitHubTracker:
         marker: str,
         max_pages: int,
     ) -> Found[M]:
-        pages = 0
-        async for page, last in self._walk(url, params, max_pages):
-            pages += 1
-            for entry in page:
-                item = self._entry(model, entry, url)
-                if marker in (getattr(item, "body", None) or ""):
-                    return Found(item, True, pages)
-            if last:
-                return Found(None, True, pages)
-        return Found(None, False, pages)
+        found = await self._find_each(model, url, params, [marker], max_pages)
+        return Found((found.item or {}).get(marker), found.complete, found.pages, found.foreign)
 
     async def _find_each(
         self,
@@ -490,21 +517,49 @@ class GitHubTracker:
         wanted: Sequence[str],
         max_pages: int,
     ) -> Found[dict[str, M]]:
-        """One listing read once for several markers: the first entry holding each marker
-        (markers not found are missing from the mapping), and whether every page was read."""
-        found: dict[str, M] = {}
+        """One listing read once for several markers: the first entry of the token's identity
+        holding each marker (markers not found are missing from the mapping), and whether
+        every page was read."""
+        found = await self._scan(model, url, params, wanted, max_pages, every=False)
+        first = {marker: items[0] for marker, items in (found.item or {}).items()}
+        return Found(first, found.complete, found.pages, found.foreign)
+
+    async def _scan(
+        self,
+        model: type[M],
+        url: str,
+        params: Mapping[str, Any],
+        wanted: Sequence[str],
+        max_pages: int,
+        *,
+        every: bool,
+    ) -> Found[dict[str, list[M]]]:
+        """The entries of the token's identity holding each wanted marker, page by page; the
+        authors of entries holding one that someone else wrote are ``foreign``. Stops at the
+        page where every marker was found, unless ``every`` entry is wanted."""
+        mine = await self.identity()
+        found: dict[str, list[M]] = {}
+        foreign: list[tuple[str, str]] = []
         pages = 0
         async for page, last in self._walk(url, params, max_pages):
             pages += 1
             for entry in page:
                 item = self._entry(model, entry, url)
                 body = getattr(item, "body", None) or ""
-                for marker in wanted:
-                    if marker not in found and marker in body:
-                        found[marker] = item
-            if last or len(found) == len(wanted):
-                return Found(found, True, pages)
-        return Found(found, False, pages)
+                held = [marker for marker in wanted if marker in body]
+                if not held:
+                    continue
+                author = getattr(getattr(item, "user", None), "login", None) or ""
+                if not same_login(author, mine):
+                    number = getattr(item, "number", None)
+                    ref = f"#{number}" if number is not None else str(getattr(item, "id", ""))
+                    foreign.append((author or "(unknown)", ref))
+                    continue
+                for marker in held:
+                    found.setdefault(marker, []).append(item)
+            if last or (not every and len(found) == len(wanted)):
+                return Found(found, True, pages, tuple(foreign))
+        return Found(found, False, pages, tuple(foreign))
 
     async def _list(
         self, model: type[M], url: str, params: Mapping[str, Any], max_pages: int
@@ -516,10 +571,33 @@ class GitHubTracker:
 
     # -- identity ------------------------------------------------------------------------------
 
-    async def viewer_login(self) -> str:
-        """The login the token writes as (``GET /user``). A GitHub App installation token is
-        refused there (403): configure the App's slug instead (``<slug>[bot]``)."""
-        return self._parse(User, await self.request("GET", "/user")).login
+    async def identity(self) -> str:
+        """The login the token writes as: what every marker read-back matches an entry's
+        author against. Given by the settings, or asked once per client and kept:
+
+        - a user's token (a personal access token, an OAuth token): ``GET /user``'s login;
+        - a GitHub App installation token, which ``GET /user`` refuses (403 "Resource not
+          accessible by integration"): GraphQL's ``viewer``, the App's bot (``<slug>[bot]``,
+          the author of everything the installation writes)."""
+        if self._identity is None:
+            async with self._identity_asked:
+                if self._identity is None:
+                    self._identity = await self._ask_identity()
+        return self._identity
+
+    async def _ask_identity(self) -> str:
+        try:
+            return self._parse(User, await self.request("GET", "/user")).login
+        except Refused as refused:
+            if refused.status != 403:
+                raise
+        viewer = (await self.graphql(_VIEWER, {})).get("viewer")
+        login = viewer.get("login") if isinstance(viewer, dict) else None
+        if not isinstance(login, str) or not login:
+            raise Unanswered(
+                "GraphQL viewer answered without a login", detail="GraphQL viewer without a login"
+            )
+        return login
 
     # -- issues --------------------------------------------------------------------------------
 
@@ -596,14 +674,14 @@ class GitHubTracker:
         repository: str,
         marker: str,
         *,
-        creator: str | None,
         since: datetime | None,
         per_page: int = 100,
         max_pages: int = 50,
     ) -> Found[Issue]:
-        """The issue whose body holds ``marker``, from the listing (never the search API: it
-        is eventually consistent). ``complete`` says whether every page was read."""
-        params = self._issue_params(creator, since, per_page)
+        """The token's own issue whose body holds ``marker``, from the listing of the issues
+        it created (``creator``: its identity; never the search API, which is eventually
+        consistent). ``complete`` says whether every page was read."""
+        params = self._issue_params(await self.identity(), since, per_page)
         return await self._find(Issue, f"/repos/{repository}/issues", params, marker, max_pages)
 
     # -- issue and pull-request comments -------------------------------------------------------
@@ -644,6 +722,15 @@ class GitHubTracker:
     ) -> Found[Comment]:
         url = f"/repos/{repository}/issues/{number}/comments"
         return await self._find(Comment, url, {"per_page": per_page}, marker, max_pages)
+
+    async def find_own_comments(
+        self, repository: str, number: int, marker: str, *, per_page: int = 100, max_pages: int = 50
+    ) -> Found[list[Comment]]:
+        """Every comment of the token's identity on the issue that holds ``marker``."""
+        url = f"/repos/{repository}/issues/{number}/comments"
+        params = {"per_page": per_page}
+        found = await self._scan(Comment, url, params, [marker], max_pages, every=True)
+        return Found((found.item or {}).get(marker, []), found.complete, found.pages, found.foreign)
 
     async def find_comments(
         self,
@@ -740,7 +827,7 @@ class GitHubTracker:
         errors = answer.get("errors")
         if errors:
             listed = errors if isinstance(errors, list) else [errors]
-            types = [str(e.get("type", "")) if isinstance(e, dict) else "" for e in listed]
+            types = [_error_type(e) for e in listed]
             messages = "; ".join(
                 str(e.get("message", "")) if isinstance(e, dict) else str(e) for e in listed
             )

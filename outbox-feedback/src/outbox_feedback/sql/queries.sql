@@ -70,6 +70,10 @@ UPDATE {schema}.feedback
    SET sending_action = %(action)s, sending_revision = revision
  WHERE feedback_id = %(feedback)s
 
+-- name: sent_content
+-- What a send of the feedback will show, for its kind's enqueue check (no lock: it only reads).
+SELECT summary, retracted_at IS NOT NULL FROM {schema}.feedback WHERE feedback_id = %(feedback)s
+
 -- name: items_of
 SELECT item_id, path, commit_id, line, side, body, resolved
   FROM {schema}.feedback_item

@@ -17,7 +17,7 @@ ON CONFLICT (report_id) DO NOTHING
 -- The report's filing under its row lock: enqueues into the report's lane take it first, so
 -- their order in the lane is the order the application asked for them.
 SELECT f.state, f.generation, f.workspace_id, f.issue_number, f.private, f.erased_at,
-       f.last_write_at, r.report_id IS NOT NULL
+       f.last_write_at, r.report_id IS NOT NULL, f.repository, f.issue_url, f.stop_reason
   FROM {schema}.issue_filing f
   LEFT JOIN {schema}.issue_report r ON r.report_id = f.report_id
  WHERE f.report_id = %(report)s
@@ -39,7 +39,7 @@ UPDATE {schema}.issue_filing SET generation = %(generation)s WHERE report_id = %
 SELECT f.state, f.generation, f.workspace_id, f.repository, f.issue_number, f.issue_url,
        f.issue_node_id, f.last_write_at, f.draft_generation, f.draft_title, f.draft_body,
        f.private, f.erased_at, f.created_at,
-       r.report_id IS NOT NULL, r.title, r.text, r.generation, now()
+       r.report_id IS NOT NULL, r.title, r.text, r.generation, now(), f.delete_refused
   FROM {schema}.issue_filing f
   LEFT JOIN {schema}.issue_report r ON r.report_id = f.report_id
  WHERE f.report_id = %(report)s
@@ -94,10 +94,17 @@ UPDATE {schema}.issue_filing
  WHERE report_id = %(report)s
 
 -- name: scrubbed
+-- CLEANUP_ISSUE DONE: what is left published is what the scrub could not remove (the edit
+-- history), or nothing.
 UPDATE {schema}.issue_filing
    SET scrubbed_at = now(), issue_deleted = %(deleted)s,
-       history_retains_text = %(retained)s, last_error = NULL
+       history_retains_text = %(retained)s, last_error = NULL,
+       still_published = %(published)s
  WHERE report_id = %(report)s
+
+-- name: delete_refused
+-- The tracker refused to delete the issue: the cleanup scrubs it instead, and says why here.
+UPDATE {schema}.issue_filing SET delete_refused = %(why)s WHERE report_id = %(report)s
 
 -- name: failed_note
 UPDATE {schema}.issue_filing SET last_error = %(error)s WHERE report_id = %(report)s
@@ -114,9 +121,16 @@ UPDATE {schema}.issue_filing
  WHERE report_id = %(report)s AND generation = %(generation)s AND erased_at IS NULL
 RETURNING report_id
 
--- name: report_text
--- A re-draft without new text drafts the stored one.
-SELECT text FROM {schema}.issue_report WHERE report_id = %(report)s
+-- name: report_content
+-- An edit measures the new generation with what it does not replace, a re-draft without new
+-- text drafts the stored one, and the kinds' enqueue checks measure the stored generation.
+SELECT title, text, generation FROM {schema}.issue_report WHERE report_id = %(report)s
+
+-- name: refile
+-- GitHub refused the filing's content (nothing was filed): the new generation is filed.
+UPDATE {schema}.issue_filing
+   SET state = 'NEW', stop_reason = NULL, stopped_by = NULL, last_error = NULL
+ WHERE report_id = %(report)s AND state = 'STOPPED' AND stop_reason = %(reason)s
 
 -- name: drop_answer
 -- outbox-draft: a draft that ended without DONE keeps no answer for its generation (an earlier
@@ -150,8 +164,11 @@ SELECT EXISTS (
 DELETE FROM {schema}.issue_report WHERE report_id = %(report)s
 
 -- name: erase_filing_text
+-- The erasure keeps no person data on the filing, and says what of the reporter's is still
+-- published (NULL: nothing was written, or a later cleanup will say).
 UPDATE {schema}.issue_filing
-   SET draft_title = NULL, draft_body = NULL, erased_at = now()
+   SET draft_title = NULL, draft_body = NULL, erased_at = now(),
+       still_published = coalesce(%(published)s, still_published)
  WHERE report_id = %(report)s
 RETURNING report_id
 
@@ -159,7 +176,7 @@ RETURNING report_id
 SELECT report_id, workspace_id, state, generation, repository, issue_number, issue_url,
        issue_node_id, filed_generation, published_generation, private, stop_reason,
        stopped_by, last_error, erased_at, scrubbed_at, issue_deleted, history_retains_text,
-       draft_generation, draft_title IS NOT NULL
+       draft_generation, draft_title IS NOT NULL, delete_refused, still_published
   FROM {schema}.issue_filing
  WHERE report_id = %(report)s
 

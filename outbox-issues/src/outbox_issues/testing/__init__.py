@@ -19,7 +19,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..adapter import ADAPTERS, TrackerAdapter
 from .provider import IssuesProvider, conformance_target
-from .server import LOGIN, PRIVATE, PUBLIC, TOKEN, Fault, GitHubTestServer, StoredIssue, Write
+from .server import (
+    LOGIN,
+    OTHER_LOGIN,
+    PRIVATE,
+    PUBLIC,
+    TOKEN,
+    Fault,
+    GitHubTestServer,
+    StoredIssue,
+    Write,
+)
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
@@ -28,6 +38,7 @@ A = TypeVar("A", bound=TrackerAdapter)
 
 __all__ = [
     "LOGIN",
+    "OTHER_LOGIN",
     "PRIVATE",
     "PUBLIC",
     "TOKEN",

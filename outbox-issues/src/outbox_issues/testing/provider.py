@@ -31,6 +31,7 @@ from outbox_core import ActionRequest
 from .. import markers
 from ..adapter import CLEANUP_ISSUE, FILE_ISSUE, KINDS, PUBLISH_REPORT, TRANSFER_ISSUE
 from ..domain import FilingState, file_key, lane, queries, sources
+from ..person_data import still_published
 from .server import PUBLIC, GitHubTestServer
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ class IssuesProvider:
       (a call of it made outside an event loop; the suite's probe calls it from inside);
     - ``drop``: the write is recorded, then the connection closed before the answer;
     - ``stall``: the write is recorded, then the answer never comes (the adapter's request
-      timeout ends the call).
+      timeout ends the call);
+    - ``unreadable``: a switch until :meth:`clear_faults`: every read answers 503
+      (:meth:`GitHubTestServer.make_unreadable`), writes are answered.
 
     ``writes(request)`` counts the effects held for the action, by marker: ``FILE_ISSUE`` the
     issues created with its filing's marker, ``PUBLISH_REPORT`` and ``CLEANUP_ISSUE`` the edits
@@ -113,6 +116,8 @@ class IssuesProvider:
                 self.server.drop(op, after_recording=True)
             case "stall":
                 self.server.stall(op, after_recording=True)
+            case "unreadable":
+                self.server.make_unreadable()
 
     def clear_faults(self) -> None:
         self.server.clear_faults()
@@ -144,11 +149,15 @@ class IssuesProvider:
         with db.connect() as conn:
             if conn.execute(sql["insert_report"], params).fetchone() is not None:
                 conn.execute(sql["insert_filing"], params)
-                if self.kind != FILE_ISSUE:
-                    self._file(conn, sql, report, title, text)
+                url = (
+                    self._file(conn, sql, report, title, text) if self.kind != FILE_ISSUE else None
+                )
                 if self.kind == CLEANUP_ISSUE:
                     # As the erasure of the reporter leaves it: the filing without person data.
-                    conn.execute(sql["erase_filing_text"], {"report": report})
+                    published = still_published(report, PUBLIC, url)
+                    conn.execute(
+                        sql["erase_filing_text"], {"report": report, "published": published}
+                    )
                     conn.execute(sql["erase_report"], {"report": report})
         payload: dict[str, object] = {"report": report}
         if self.kind in (FILE_ISSUE, PUBLISH_REPORT):
@@ -163,8 +172,9 @@ class IssuesProvider:
 
     def _file(
         self, conn: Connection[Any], sql: dict[str, str], report: str, title: str, text: str
-    ) -> None:
-        """The issue on the server, as ``FILE_ISSUE`` files it, and the filing ``FILED``."""
+    ) -> str:
+        """The issue on the server, as ``FILE_ISSUE`` files it, and the filing ``FILED``; its
+        URL."""
         body = f"{markers.reporter_section(text)}\n\n{markers.action_marker(file_key(report, 1))}\n"
         server = self.server
         with server.lock:
@@ -185,6 +195,7 @@ class IssuesProvider:
                 "from": sources(FilingState.FILED),
             },
         )
+        return url
 
 
 def conformance_target(

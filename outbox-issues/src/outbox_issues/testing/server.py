@@ -19,7 +19,18 @@ released), :meth:`~GitHubTestServer.graphql_error`, :meth:`~GitHubTestServer.rem
 and :meth:`~GitHubTestServer.hide_new_issues` (new issues missing from listings until
 :meth:`~GitHubTestServer.reveal_issues`); and :meth:`~GitHubTestServer.refuse_connections`
 (the tracker unreachable: connections refused until :meth:`~GitHubTestServer.
-accept_connections`). It counts writes, per action marker too.
+accept_connections`) and :meth:`~GitHubTestServer.ignore_creator_filter` (every author's
+issues listed, as a GitHub-compatible server without that filter lists them), and
+:meth:`~GitHubTestServer.make_unreadable` (a read outage: every read a 503 or a dropped
+connection, for some seconds or until :meth:`~GitHubTestServer.make_readable`). It counts
+writes, per action marker too.
+
+Authors are GitHub's: a token whose login is a bot's (``<slug>[bot]``) is an App installation
+token, refused at ``GET /user`` (403) and answered by GraphQL's ``viewer``; its writes carry
+``performed_via_github_app``. :meth:`~GitHubTestServer.refuse_deletes` refuses every
+``deleteIssue`` the ways GitHub does (``FORBIDDEN``, a schema without it, a 404).
+``add_issue``, ``add_comment`` and ``add_review_comment`` seed
+entries as another account (``user=OTHER_LOGIN``): a marker planted by someone else.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,13 +50,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from ..limits import MAX_BODY, MAX_TITLE
 from ..settings import IssuesSettings
 
 DOCS = "https://docs.github.com/rest"
 LOGIN = "outbox-bot"
+OTHER_LOGIN = "mallory"
+"""Another account: what it writes is never the token's own (plant markers with it)."""
 TOKEN = "ghp_loopbacktesttoken"
 PUBLIC, PRIVATE = "acme/feedback", "acme/private"
 Mode = Literal["status", "drop_before", "drop_after", "stall_before", "stall_after", "hold"]
+DeleteRefusal = Literal["forbidden", "missing", "not_found"]
+Outage = Literal["5xx", "drop"]
+_READS = frozenset({"graphql:node", "graphql:repository", "graphql:viewer"})
+"""The GraphQL operations that only read (with every GET, what an outage makes unreadable)."""
 _MARKER = re.compile(r"<!-- outbox:action (\S+) -->")
 
 
@@ -152,6 +171,12 @@ class GitHubTestServer:
         """Every request's method, path and query parameters."""
         self.faults: list[Fault] = []
         self.hiding = False
+        self.creator_ignored = False
+        """True while :meth:`ignore_creator_filter` lists every author's issues."""
+        self.outage: tuple[Outage, float] | None = None
+        """While set by :meth:`make_unreadable`: how reads fail, and until when (monotonic)."""
+        self.deletes_refused: DeleteRefusal | None = None
+        """How :meth:`refuse_deletes` refuses every ``deleteIssue`` (None: it deletes)."""
         self.held = threading.Event()
         """Set while a held request waits for :meth:`release`."""
         self._release = threading.Event()
@@ -356,9 +381,50 @@ class GitHubTestServer:
             for issue in self.issues.values():
                 issue.hidden = False
 
+    def ignore_creator_filter(self) -> None:
+        """List every author's issues whatever ``creator`` asks for, as a GitHub-compatible
+        server that does not implement that filter does, until :meth:`clear_faults`."""
+        with self.lock:
+            self.creator_ignored = True
+
+    def make_unreadable(self, seconds: float | None = None, *, how: Outage = "5xx") -> None:
+        """A read outage: every read (each GET: listings, an issue, ``GET /user``; GraphQL's
+        node, repository and viewer queries) fails for ``seconds`` (None: until
+        :meth:`make_readable` or :meth:`clear_faults`), as GitHub's do: ``5xx``, a 503 with
+        GitHub's error body; ``drop``, the connection closed without an answer. Writes are
+        answered as ever."""
+        until = float("inf") if seconds is None else time.monotonic() + seconds
+        with self.lock:
+            self.outage = (how, until)
+
+    def make_readable(self) -> None:
+        with self.lock:
+            self.outage = None
+
+    def unreadable(self, method: str, op: str) -> Outage | None:
+        """How a read of ``op`` fails now (None: it is answered)."""
+        with self.lock:
+            outage = self.outage
+        if outage is None or not (method == "GET" or op in _READS):
+            return None
+        how, until = outage
+        return how if time.monotonic() < until else None
+
+    def refuse_deletes(self, how: DeleteRefusal = "forbidden") -> None:
+        """Refuse every GraphQL ``deleteIssue`` until :meth:`clear_faults`, deleting nothing,
+        as GitHub does: ``forbidden``, a token without admin rights on the repository (HTTP
+        200, an error of type ``FORBIDDEN``); ``missing``, a schema without the mutation (an
+        older GitHub Enterprise Server, a compatible server: ``undefinedField``, no type);
+        ``not_found``, no GraphQL endpoint at that URL (HTTP 404)."""
+        with self.lock:
+            self.deletes_refused = how
+
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
+            self.creator_ignored = False
+            self.deletes_refused = None
+            self.outage = None
         self.reveal_issues()
         self.release()
         self.accept_connections()
@@ -407,6 +473,40 @@ class GitHubTestServer:
         """Seed a comment on an issue (as if posted by ``user``, by default the token's)."""
         with self.lock:
             return self._new_comment(repository, number, body, user or self.login).id
+
+    def add_issue(
+        self, repository: str, title: str, body: str, *, user: str | None = None
+    ) -> StoredIssue:
+        """Seed an issue (as if opened by ``user``, by default the token's): with
+        ``user=OTHER_LOGIN`` and one of our markers in ``body``, a planted marker."""
+        with self.lock:
+            return self._new_issue(repository, title, body, [], user or self.login)
+
+    def add_review_comment(
+        self,
+        repository: str,
+        pull: int,
+        body: str,
+        *,
+        user: str | None = None,
+        path: str = "src/app.py",
+        commit_id: str = "0" * 40,
+        line: int = 1,
+        side: str = "RIGHT",
+    ) -> int:
+        """Seed a review comment on a line of a pull request (as if by ``user``)."""
+        with self.lock:
+            return self._new_comment(
+                repository,
+                pull,
+                body,
+                user or self.login,
+                review=True,
+                path=path,
+                commit_id=commit_id,
+                line=line,
+                side=side,
+            ).id
 
     def add_pull_request(self, repository: str, title: str = "A change") -> int:
         with self.lock:
@@ -502,6 +602,20 @@ class GitHubTestServer:
 
     # -- representations -----------------------------------------------------------------------
 
+    @staticmethod
+    def user_json(login: str) -> dict[str, Any]:
+        """The author as GitHub shows it: a GitHub App's writes are its bot's, ``<slug>[bot]``
+        of type ``Bot``."""
+        return {"login": login, "id": 1, "type": "Bot" if login.endswith("[bot]") else "User"}
+
+    @staticmethod
+    def app_json(login: str) -> dict[str, Any] | None:
+        """``performed_via_github_app`` of an App's bot's write (None for a user's)."""
+        if not login.endswith("[bot]"):
+            return None
+        slug = login.removesuffix("[bot]")
+        return {"id": 1, "slug": slug, "name": slug, "owner": {"login": "acme"}}
+
     def issue_json(self, issue: StoredIssue) -> dict[str, Any]:
         api = f"{self.api_url}/repos/{issue.repository}/issues/{issue.number}"
         data: dict[str, Any] = {
@@ -515,11 +629,8 @@ class GitHubTestServer:
             "repository_url": f"{self.api_url}/repos/{issue.repository}",
             "html_url": f"{self.base_url}/{issue.repository}/issues/{issue.number}",
             "labels": [{"id": i, "name": name} for i, name in enumerate(issue.labels, 1)],
-            "user": {
-                "login": issue.user,
-                "id": 1,
-                "type": "Bot" if "[bot]" in issue.user else "User",
-            },
+            "user": self.user_json(issue.user),
+            "performed_via_github_app": self.app_json(issue.user),
             "comments": len(self.comments_on(issue.repository, issue.number)),
             "created_at": _iso(issue.created_at),
             "updated_at": _iso(issue.updated_at),
@@ -538,7 +649,8 @@ class GitHubTestServer:
             "id": comment.id,
             "node_id": comment.node_id,
             "body": comment.body,
-            "user": {"login": comment.user, "id": 1, "type": "User"},
+            "user": self.user_json(comment.user),
+            "performed_via_github_app": self.app_json(comment.user),
             "html_url": f"{self.base_url}/{comment.repository}/{page}/{comment.number}"
             f"#{anchor}{comment.id}",
             "url": f"{self.api_url}/repos/{comment.repository}/{kind}/comments/{comment.id}",
@@ -573,6 +685,41 @@ class _Answer(Exception):
         self.status = status
         self.body = body
         self.headers = headers or {}
+
+
+def _blank(title: str) -> bool:
+    """A title GitHub calls blank: nothing left without whitespace and format characters
+    (U+FEFF, the zero-width ones)."""
+    return not "".join(c for c in title if not c.isspace() and unicodedata.category(c) != "Cf")
+
+
+def _too_long(resource: str, field_name: str, code: str, maximum: int) -> dict[str, str]:
+    """One error of GitHub's 422 for a value over its limit, counted in characters (code
+    points, as GitHub's Ruby counts them)."""
+    name = "Body" if field_name == "data" else field_name
+    return {
+        "resource": resource,
+        "code": code,
+        "field": field_name,
+        "message": f"{name} is too long (maximum is {maximum} characters)",
+    }
+
+
+def _comment_body(resource: str, payload: Any) -> str:
+    """The body of a comment's create or edit, or GitHub's 422: missing, or over 65,536."""
+    body = (payload or {}).get("body") if isinstance(payload, dict) else None
+    if not isinstance(body, str) or not body:
+        error = {"resource": resource, "code": "missing_field", "field": "body"}
+    elif len(body) > MAX_BODY:
+        # An issue comment's answer names the field "data" (as GitHub's does).
+        field_name = "data" if resource == "IssueComment" else "body"
+        code = "unprocessable" if resource == "IssueComment" else "custom"
+        error = _too_long(resource, field_name, code, MAX_BODY)
+    else:
+        return body
+    raise _Answer(
+        422, {"message": "Validation Failed", "errors": [error], "documentation_url": DOCS}
+    )
 
 
 def _positive(value: Any) -> bool:
@@ -637,6 +784,13 @@ class _Handler(BaseHTTPRequestHandler):
         except _Answer as answer:
             self._send(answer.status, answer.body, answer.headers)
             return
+        outage = server.unreadable(method, route)
+        if outage == "5xx":
+            self._send(503, {"message": "Service Unavailable", "documentation_url": DOCS})
+            return
+        if outage == "drop":
+            self._drop()
+            return
         fault = server.take_fault(route)
         if fault is not None and fault.mode == "status":
             self._send(fault.status, fault.body, fault.headers)
@@ -698,7 +852,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _error(404, "Not Found")
         rest = path[len("/api/v3") :]
         if rest == "/user" and method == "GET":
-            return "user", lambda q, p: (200, {"login": server.login, "id": 1, "type": "User"}, {})
+            return "user", lambda q, p: self._user()
         match = re.fullmatch(r"/repos/([^/]+/[^/]+)(/.*)", rest)
         if match is None:
             raise _error(404, "Not Found")
@@ -729,6 +883,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- REST ----------------------------------------------------------------------------------
 
+    def _user(self) -> tuple[int, Any, dict[str, str]]:
+        """``GET /user``: the token's account; a GitHub App installation token (its login a
+        bot's) is refused there, as GitHub refuses it."""
+        login = self.tracker.login
+        if login.endswith("[bot]"):
+            raise _Answer(
+                403,
+                {
+                    "message": "Resource not accessible by integration",
+                    "documentation_url": f"{DOCS}/users/users#get-the-authenticated-user",
+                    "status": "403",
+                },
+            )
+        return 200, self.tracker.user_json(login), {}
+
     def _issue(self, repository: str, number: int) -> StoredIssue:
         server = self.tracker
         moved = server.moved.get((repository, number))
@@ -752,18 +921,13 @@ class _Handler(BaseHTTPRequestHandler):
             raise _error(400, "Problems parsing JSON")
         errors = []
         title = payload.get("title")
-        if (creating or "title" in payload) and (not isinstance(title, str) or not title.strip()):
+        if (creating or "title" in payload) and (not isinstance(title, str) or _blank(title)):
             errors.append({"resource": "Issue", "code": "missing_field", "field": "title"})
+        elif isinstance(title, str) and len(title) > MAX_TITLE:
+            errors.append(_too_long("Issue", "title", "custom", MAX_TITLE))
         body = payload.get("body")
-        if body is not None and (not isinstance(body, str) or len(body) > 65536):
-            errors.append(
-                {
-                    "resource": "Issue",
-                    "code": "custom",
-                    "field": "body",
-                    "message": "body is too long (maximum is 65536 characters)",
-                }
-            )
+        if body is not None and (not isinstance(body, str) or len(body) > MAX_BODY):
+            errors.append(_too_long("Issue", "body", "custom", MAX_BODY))
         labels = payload.get("labels")
         if labels is not None and not (
             isinstance(labels, list) and all(isinstance(label, str) for label in labels)
@@ -812,7 +976,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Answer(
                     422, {"message": "Validation Failed", "documentation_url": DOCS}
                 ) from None
-        creator = query.get("creator")
+        creator = None if server.creator_ignored else query.get("creator")
         found = [
             issue
             for issue in server.issues.values()
@@ -876,18 +1040,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
         issue = self._issue(repository, ids[0])
-        body = (payload or {}).get("body")
-        if not isinstance(body, str) or not body:
-            raise _Answer(
-                422,
-                {
-                    "message": "Validation Failed",
-                    "errors": [
-                        {"resource": "IssueComment", "code": "missing_field", "field": "body"}
-                    ],
-                    "documentation_url": DOCS,
-                },
-            )
+        body = _comment_body("IssueComment", payload)
         comment = server._new_comment(repository, issue.number, body, server.login)
         issue.updated_at = _now()
         server.record(op, f"{repository}#{issue.number}", body)
@@ -912,10 +1065,9 @@ class _Handler(BaseHTTPRequestHandler):
         self, repository: str, ids: list[int], query: dict[str, str], payload: Any, op: str
     ) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
-        comment = self._comment(repository, ids[0], op.endswith("review_comment"))
-        body = (payload or {}).get("body")
-        if not isinstance(body, str) or not body:
-            raise _Answer(422, {"message": "Validation Failed", "documentation_url": DOCS})
+        review = op.endswith("review_comment")
+        comment = self._comment(repository, ids[0], review)
+        body = _comment_body("PullRequestReviewComment" if review else "IssueComment", payload)
         comment.body = body
         comment.updated_at = _now()
         server.record(op, f"comment {comment.id}", body)
@@ -969,6 +1121,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "documentation_url": DOCS,
                 },
             )
+        if not missing:
+            _comment_body("PullRequestReviewComment", data)
         if missing:
             raise _Answer(
                 422,
@@ -1021,6 +1175,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("deleteIssue", self._gql_delete),
             ("node(", self._gql_node),
             ("repository(", self._gql_repository),
+            ("viewer", self._gql_viewer),
         ):
             if name in text:
                 op = "graphql:" + name.rstrip("(")
@@ -1059,6 +1214,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f"Could not resolve to a node with the global id of '{variables.get('id')}'.",
             )
         return 200, {"data": {"node": self.tracker.node_json(issue)}}, {}
+
+    def _gql_viewer(self, variables: dict[str, Any], op: str) -> tuple[int, Any, dict[str, str]]:
+        """The token's account, a user's or an App installation's bot (``<slug>[bot]``)."""
+        return 200, {"data": {"viewer": {"login": self.tracker.login}}}, {}
 
     def _gql_repository(
         self, variables: dict[str, Any], op: str
@@ -1106,12 +1265,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _gql_delete(self, variables: dict[str, Any], op: str) -> tuple[int, Any, dict[str, str]]:
         server = self.tracker
+        if server.deletes_refused is not None:
+            return _refused_delete(server.deletes_refused, server.login)
         issue = self._by_node(variables.get("issue"))
         if issue is None:
             return self._not_found("deleteIssue", "Could not resolve to a node.")
         issue.deleted = True
         server.record(op, f"{issue.repository}#{issue.number}", None)
         return 200, {"data": {"deleteIssue": {"clientMutationId": None}}}, {}
+
+
+def _refused_delete(how: DeleteRefusal, login: str) -> tuple[int, Any, dict[str, str]]:
+    """GitHub's answer to a ``deleteIssue`` it refuses (see ``refuse_deletes``)."""
+    where = [{"line": 1, "column": 25}]
+    if how == "not_found":
+        return 404, {"message": "Not Found", "documentation_url": DOCS}, {}
+    if how == "missing":
+        error = {
+            "path": ["mutation", "deleteIssue"],
+            "extensions": {
+                "code": "undefinedField",
+                "typeName": "Mutation",
+                "fieldName": "deleteIssue",
+            },
+            "locations": where,
+            "message": "Field 'deleteIssue' doesn't exist on type 'Mutation'",
+        }
+        return 200, {"errors": [error]}, {}
+    error = {
+        "type": "FORBIDDEN",
+        "path": ["deleteIssue"],
+        "extensions": {"saml_failure": False},
+        "locations": where,
+        "message": f"{login} does not have the correct permissions to execute `DeleteIssue`",
+    }
+    return 200, {"data": {"deleteIssue": None}, "errors": [error]}, {}
 
 
 def iter_markers(body: str) -> Iterator[str]:
