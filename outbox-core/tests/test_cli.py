@@ -290,7 +290,7 @@ def test_a_plugins_bad_setting_is_one_line_naming_the_variable(
     from pydantic_settings import SettingsConfigDict
 
     from outbox_core import ConfigurationError
-    from outbox_core.settings import SectionSettings
+    from outbox_core.settings_section import SectionSettings
 
     class Section(SectionSettings):
         model_config = SettingsConfigDict(env_prefix="OUTBOX_DEMO_", extra="ignore")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from outbox_core import ConfigurationError, OutboxSettings
-from outbox_core.settings import hide_url
+from outbox_core.settings_section import hide_url
 
 SECRET = "pw-9d2c"
 

@@ -47,7 +47,8 @@ from .results import (
     StopReason,
     Uncertain,
 )
-from .settings import OutboxSettings, SectionSettings
+from .settings import OutboxSettings
+from .settings_section import SectionSettings
 from .sqlfiles import package_queries
 from .startup import StoppedKind
 from .states import ActionState

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from .attempt import ActionAttempt
     from .requests import ActionRequest
     from .results import AdapterResult, Defer, Retry
-    from .settings import OutboxSettings, SectionSettings
+    from .settings import OutboxSettings
+    from .settings_section import SectionSettings
     from .variants import ActionVariants
 
 S = TypeVar("S", bound="SectionSettings")

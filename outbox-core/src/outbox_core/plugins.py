@@ -133,7 +133,7 @@ def _check_names(
     (a typo, ``emial``) would not load, and an executor would serve none of its kinds. A name in
     OUTBOX_DISABLE_PLUGINS that names none blocks nothing, and is a warning,
     ``plugins.name.unknown`` (a blocklist shared by builds may name a plugin this one lacks)."""
-    from .settings import nearest, warn_once
+    from .settings_section import nearest, warn_once
 
     known = {ep.name for ep in entry_points} | set(apps)
     known |= {ep.dist.name for ep in entry_points if ep.dist is not None}

@@ -30,7 +30,8 @@ from .adapter import ActionAdapter, check_built
 from .errors import ConfigurationError, OutboxError
 from .observability import event
 from .registry import KindRegistry, RegisteredKind
-from .settings import OutboxSettings, validation_problems
+from .settings import OutboxSettings
+from .settings_section import validation_problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,7 +205,7 @@ class ActionVariants:
         notice's name, ``email_changed``): a variant's tag is the application's identifier, not
         its data. Any other value is not repeated, since it may be data put in the wrong place,
         and no payload data is ever in an error (tests/security); the caller has it."""
-        from .settings import nearest
+        from .settings_section import nearest
 
         assert self.bodies is not None and self.tag is not None
         known = [name for name in sorted(self.bodies) if name != self.placeholder]

@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from ..settings import OutboxSettings, hide_url
+from ..settings import OutboxSettings
+from ..settings_section import hide_url
 from .guard import EXIT_USAGE, fail
 
 

@@ -24,7 +24,7 @@ from starlette.templating import Jinja2Templates
 from ..migrations import MISSING_OBJECT
 from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
-from ..settings import hide_url
+from ..settings_section import hide_url
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
