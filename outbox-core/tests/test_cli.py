@@ -156,6 +156,14 @@ def test_status_show_cancel_and_erase(noop_installed: OutboxTestDatabase) -> Non
         (["run", "--kinds", "NO_SUCH"], None, "--kinds: unknown NO_SUCH; installed kinds:", 2),
         (["erase"], None, "Missing option '--subject'", 2),
         (["--config", "/no/such.toml", "status"], None, "--config /no/such.toml: no such file", 2),
+        (
+            ["status", "--database-url", "mysql://nope"],
+            None,
+            "configuration: --database-url: expected a URL that starts with postgresql://",
+            2,
+        ),
+        (["status", "--schema", "Bad-Name"], None, "configuration: --schema: use a lower-case", 2),
+        (["status", "--config", "/no/such.toml"], None, "--config /no/such.toml: no such file", 2),
     ],
 )
 def test_bad_input_gets_a_clear_message_a_nonzero_exit_and_changes_nothing(
@@ -168,6 +176,28 @@ def test_bad_input_gets_a_clear_message_a_nonzero_exit_and_changes_nothing(
     assert message in result.output
     assert "Traceback" not in result.output
     assert snapshot(db) == before
+
+
+def test_the_shared_options_work_after_the_command_as_before_it_and_after_wins(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    db = noop_installed
+    action_id = enqueue(db, "shown")
+    before = outbox(None, "--database-url", db.url, "show", str(action_id))
+    after = outbox(None, "show", str(action_id), "--database-url", db.url)
+    assert before.exit_code == after.exit_code == 0, (before.output, after.output)
+    assert json.loads(after.output)["id"] == json.loads(before.output)["id"] == action_id
+    wrong_first = outbox(
+        None,
+        "--database-url",
+        "postgresql://postgres@127.0.0.1:1/x",
+        "show",
+        str(action_id),
+        "--database-url",
+        db.url,
+    )
+    assert wrong_first.exit_code == 0, wrong_first.output
+    assert "--database-url" in outbox(None, "status", "--help").output
 
 
 def test_cancelling_a_started_action_is_refused(noop_installed: OutboxTestDatabase) -> None:

@@ -4,6 +4,7 @@ group's commands with those settings and the one-line errors of :mod:`.guard`.""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -92,17 +93,43 @@ class State:
         return Outbox.from_settings(self.settings)
 
 
-@click.group(help=HELP + CONFIG_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--database-url", metavar="URL", help="postgresql:// URL (default: OUTBOX_DATABASE_URL)"
+# The options every command shares: given before the command (``outbox --schema s status``)
+# or after it (``outbox status --schema s``), as a user types them; after wins.
+SHARED_OPTIONS = (
+    click.Option(
+        ["--database-url"], metavar="URL", help="postgresql:// URL (default: OUTBOX_DATABASE_URL)"
+    ),
+    click.Option(
+        ["--schema"],
+        metavar="NAME",
+        help="schema of outbox's tables (default: OUTBOX_SCHEMA or outbox)",
+    ),
+    click.Option(
+        ["--config"],
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="TOML file with an [outbox] table (default: OUTBOX_CONFIG)",
+    ),
 )
-@click.option(
-    "--schema", metavar="NAME", help="schema of outbox's tables (default: OUTBOX_SCHEMA or outbox)"
-)
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file with an [outbox] table (default: OUTBOX_CONFIG)",
+
+
+def _apply_shared(
+    state: State, database_url: str | None, schema: str | None, config: Path | None
+) -> None:
+    """What the shared options say, into ``state`` (and OUTBOX_CONFIG for --config)."""
+    if config is not None:
+        if not config.is_file():
+            fail(f"--config {config}: no such file", EXIT_USAGE)
+        os.environ["OUTBOX_CONFIG"] = str(config)
+    if database_url is not None:
+        state.overrides["database_url"] = database_url
+    if schema is not None:
+        state.overrides["schema_name"] = schema
+
+
+@click.group(
+    help=HELP + CONFIG_HELP,
+    params=list(SHARED_OPTIONS),
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="outbox-core", prog_name="outbox")
 @click.pass_context
@@ -112,24 +139,33 @@ def main(
     if os.environ.get("OUTBOX_APP_PLUGINS") and "" not in sys.path and os.getcwd() not in sys.path:
         # As uvicorn and celery do: the application's modules are found from where it runs.
         sys.path.insert(0, os.getcwd())
-    if config is not None:
-        if not config.is_file():
-            fail(f"--config {config}: no such file", EXIT_USAGE)
-        os.environ["OUTBOX_CONFIG"] = str(config)
-    overrides: dict[str, Any] = {}
-    if database_url is not None:
-        overrides["database_url"] = database_url
-    if schema is not None:
-        overrides["schema_name"] = schema
-    ctx.obj = State(overrides)
+    ctx.obj = State({})
+    _apply_shared(ctx.obj, database_url, schema, config)
 
 
 def command(name: str | None = None) -> Callable[[Callable[..., Any]], click.Command]:
     """Make the function below (with its click options) the group's command ``name`` (default:
-    the function's name): its help ends with the configuration, it gets the group's
-    :class:`State` first, and its errors are one line (:func:`.guard._guard`)."""
+    the function's name): it also takes the shared options (after the command name), its help
+    ends with the configuration, it gets the group's :class:`State` first, and its errors are
+    one line (:func:`.guard._guard`)."""
 
     def decorate(function: Callable[..., Any]) -> click.Command:
-        return main.command(name, epilog=CONFIG_HELP)(click.pass_obj(_guard(function)))
+        guarded = _guard(function)
+
+        def with_shared(
+            state: State,
+            *args: Any,
+            database_url: str | None = None,
+            schema: str | None = None,
+            config: Path | None = None,
+            **kwargs: Any,
+        ) -> Any:
+            _apply_shared(state, database_url, schema, config)
+            return guarded(state, *args, **kwargs)
+
+        functools.update_wrapper(with_shared, guarded)
+        made = main.command(name, epilog=CONFIG_HELP)(click.pass_obj(with_shared))
+        made.params.extend(SHARED_OPTIONS)
+        return made
 
     return decorate
