@@ -1,12 +1,14 @@
 """What an HTTP adapter reads from a provider's answer, whatever the provider: the wait a
-``Retry-After`` header asks for, and the provider's clock from its ``Date`` header (so that a
-time the provider names is not read against this host's clock)."""
+``Retry-After`` header asks for, the time left until a rate limit resets, and the provider's
+clock from its ``Date`` header (so that a time the provider names is not read against this
+host's clock)."""
 
 from __future__ import annotations
 
 import email.utils
 import math
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 
 
@@ -37,6 +39,24 @@ def retry_after(value: str | None, *, date: str | None = None) -> timedelta | No
         except (TypeError, ValueError):
             return None
         seconds = moment.timestamp() - provider_clock(date)
+    return _wait(seconds)
+
+
+def reset_wait(headers: Mapping[str, str]) -> timedelta | None:
+    """The time left until a rate limit resets: ``x-ratelimit-reset`` (a Unix time, GitHub's
+    and others', read against the answer's ``Date``: :func:`provider_clock`), else
+    ``ratelimit-reset`` (seconds from now, the IETF draft's). A reset in the past is no wait,
+    ``timedelta(0)``; None when neither header is there and readable."""
+    try:
+        seconds = float(headers.get("x-ratelimit-reset", "")) - provider_clock(headers.get("date"))
+    except ValueError:
+        return retry_after(headers.get("ratelimit-reset"))
+    return _wait(seconds)
+
+
+def _wait(seconds: float) -> timedelta | None:
+    """``seconds`` as a wait: a negative one is no wait; None when it is not a finite number
+    a ``timedelta`` holds."""
     if not math.isfinite(seconds):
         return None
     try:
