@@ -88,6 +88,7 @@ from outbox_core import (
     action_event,
     package_queries,
 )
+from outbox_core.http_results import http_result
 from outbox_issues import domain
 from outbox_issues.adapter import REPORT_ERASED, UNKNOWN_REPORT, Facts
 
@@ -99,8 +100,6 @@ from .gateway import (
     ModelRefused,
     ProxyBusy,
     Report,
-    RequestRefused,
-    UpstreamFailed,
 )
 from .settings import DraftSettings
 
@@ -163,15 +162,14 @@ def result_for(error: ModelError, settings: DraftSettings) -> AdapterResult:
         case ProxyBusy(wait=wait):
             after = wait if wait is not None else timedelta(seconds=settings.capacity_wait_seconds)
             return Defer(after, DRAFT_DEFERRED, detail=f"{error.detail}; {again_in(after)}")
-        case UpstreamFailed(wait=wait):
-            return Retry(after=wait, detail=error.detail)
         case ModelRefused():
             return Failed(StopReason.NOT_CONFIGURED, detail=error.detail)
         case ContextExceeded():
             return Failed(CONTEXT_LENGTH_EXCEEDED, detail=error.detail)
-        case RequestRefused():
-            return Failed(StopReason.REFUSED, detail=error.detail)
-    return Retry(detail=error.detail)
+    # UpstreamFailed (Retry after its Retry-After), RequestRefused (Failed REFUSED) and any
+    # other failure (Retry): the core's mapping. The draft writes nothing outside the
+    # database, so no failure of it may have written.
+    return http_result(error.failure)
 
 
 class DraftReportAdapter(ConfiguredAdapter[DraftSettings]):

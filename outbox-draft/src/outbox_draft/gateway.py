@@ -37,6 +37,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from outbox_core import retry_after
+from outbox_core.http_results import HttpFailure, Proof
 
 from .capacity import CapacityWording, capacity_refusal
 from .prompt import SYSTEM_PROMPT
@@ -137,6 +138,15 @@ class ModelError(Exception):
         )
         return f"{head}: {self.reason}" if head else self.reason
 
+    proof: Proof = Proof.UNANSWERED
+    """What the failure proves in the core's mapping (``outbox_core.http_results``); the
+    adapter maps what differs (the proxy's capacity, the model's refusals) itself."""
+
+    @property
+    def failure(self) -> HttpFailure:
+        """This failure as the core's HTTP mapping reads it."""
+        return HttpFailure(self.proof, self.detail, status=self.status)
+
 
 class ProxyBusy(ModelError):
     """The proxy refused for its own capacity (``wording``, a row of the capacity table);
@@ -174,6 +184,15 @@ class UpstreamFailed(ModelError):
         super().__init__(reason, status=status, code=code, message=message)
         self.wait = wait
 
+    # An upstream provider's rate limit (a 429 not in the capacity table) is no answer of the
+    # model's, not a limit of the proxy's: it spends an attempt, so that a throttled provider
+    # is not absorbed into waits that never end.
+    proof = Proof.UNANSWERED
+
+    @property
+    def failure(self) -> HttpFailure:
+        return HttpFailure(self.proof, self.detail, status=self.status, wait=self.wait)
+
 
 class ModelRefused(ModelError):
     """The model is gone, or the proxy refuses this key or this model: no wait cures it."""
@@ -185,6 +204,8 @@ class ContextExceeded(ModelError):
 
 class RequestRefused(ModelError):
     """The proxy refused this request (any other 4xx)."""
+
+    proof = Proof.REFUSED
 
 
 def _error_object(body: Any) -> dict[str, Any]:
@@ -330,9 +351,11 @@ class ModelGateway:
         if settings.base_url is None or settings.model is None:
             raise ValueError(f"the draft is not configured: set {', '.join(settings.missing)}")
         self.settings = settings
-        headers = {"content-type": "application/json", "accept": "application/json"}
-        if settings.api_key is not None:
-            headers["authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            **settings.bearer(),
+        }
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(

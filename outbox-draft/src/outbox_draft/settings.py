@@ -4,23 +4,28 @@ table of the file ``OUTBOX_CONFIG`` names. The API key is a ``SecretStr`` and ne
 from __future__ import annotations
 
 from typing import ClassVar, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from outbox_core import SectionSettings
+from outbox_core.http_settings import HttpProviderSettings
 
 from .prompt import prompt_tokens
 
 
-class DraftSettings(SectionSettings):
+class DraftSettings(HttpProviderSettings):
     """How ``DRAFT_REPORT`` reaches the model. Every field is also ``OUTBOX_DRAFT_<NAME>`` in the
     environment. Without ``base_url`` and ``model`` no draft is made: ``submit_report`` files the
-    report's own text and says so."""
+    report's own text and says so. The base URL's check, the connect timeout and the bearer
+    token are the core's HTTP provider settings (``outbox_core.http_settings``)."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_DRAFT_", extra="ignore")
     toml_section: ClassVar[str] = "outbox.draft"
+    url_fields: ClassVar[tuple[str, ...]] = ("base_url",)
+    url_expected: ClassVar[str] = (
+        "an http(s) URL up to and with /v1, such as http://localhost:4000/v1"
+    )
+    token_field: ClassVar[str | None] = "api_key"
 
     base_url: str | None = Field(
         default=None,
@@ -60,7 +65,6 @@ class DraftSettings(SectionSettings):
     max_answer_chars: int = Field(
         default=20_000, ge=100, description="a longer answer is cut to this length when kept"
     )
-    connect_timeout_seconds: float = Field(default=5.0, gt=0, description="TCP and TLS connect")
     request_timeout_seconds: float = Field(
         default=50.0,
         gt=0,
@@ -84,18 +88,6 @@ class DraftSettings(SectionSettings):
         description="how long a draft waits after the proxy said it is busy without naming a "
         "wait (no Retry-After), or after the cross-replica limit was full",
     )
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(
-                "expected an http(s) URL up to and with /v1, such as http://localhost:4000/v1"
-            )
-        return value.rstrip("/")
 
     @field_validator("context_tokens")
     @classmethod
