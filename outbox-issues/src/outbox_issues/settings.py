@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from outbox_core import SectionSettings
+from outbox_core.http_settings import HttpProviderSettings
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 GITHUB_API = "https://api.github.com"
@@ -25,12 +24,18 @@ def graphql_url_for(api_url: str) -> str:
     return base + "/graphql"
 
 
-class IssuesSettings(SectionSettings):
+class IssuesSettings(HttpProviderSettings):
     """How the issue kinds reach the tracker. Every field is also ``OUTBOX_ISSUES_<NAME>`` in
-    the environment."""
+    the environment. The URLs' check, the connect timeout and the concurrency's bounds are the
+    core's HTTP provider settings (``outbox_core.http_settings``)."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_ISSUES_", extra="ignore")
     toml_section: ClassVar[str] = "outbox.issues"
+    url_fields: ClassVar[tuple[str, ...]] = ("api_url", "graphql_url")
+    url_expected: ClassVar[str] = (
+        "an http(s) URL such as https://api.github.com or https://github.example.com/api/v3"
+    )
+    token_field: ClassVar[str | None] = "token"
 
     api_url: str = Field(
         default=GITHUB_API,
@@ -83,7 +88,6 @@ class IssuesSettings(SectionSettings):
     clock_skew_seconds: float = Field(
         default=300.0, ge=0.0, description="listings start this long before the write's time"
     )
-    connect_timeout_seconds: float = Field(default=5.0, gt=0, description="TCP and TLS connect")
     request_timeout_seconds: float = Field(
         default=20.0,
         gt=0,
@@ -93,7 +97,6 @@ class IssuesSettings(SectionSettings):
     max_pages: int = Field(
         default=50, ge=1, description="a listing of more pages than this counts as incomplete"
     )
-    max_concurrency: int = Field(default=8, ge=1, le=1000, description="requests at once")
 
     @field_validator("repository", "private_repository")
     @classmethod
@@ -101,19 +104,6 @@ class IssuesSettings(SectionSettings):
         if value is not None and not REPOSITORY.match(value):
             raise ValueError("use owner/name, e.g. 'acme/feedback'")
         return value
-
-    @field_validator("api_url", "graphql_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(
-                "expected an http(s) URL such as https://api.github.com or "
-                "https://github.example.com/api/v3"
-            )
-        return value.rstrip("/")
 
     @field_validator("app_slug", "writer_login")
     @classmethod

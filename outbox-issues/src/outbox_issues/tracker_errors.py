@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from outbox_core import provider_clock, retry_after
+from outbox_core import retry_after
+from outbox_core.http_headers import reset_wait
+from outbox_core.http_results import HttpFailure, Proof
 
 if TYPE_CHECKING:
     import httpx
@@ -30,6 +33,15 @@ class TrackerError(Exception):
         super().__init__(message)
         self.status = status
         self.detail = detail or (f"HTTP {status}" if status is not None else type(self).__name__)
+
+    proof: Proof = Proof.UNANSWERED
+    """What the failure proves in the core's mapping of a failed call to a result
+    (``outbox_core.http_results``; any failure not typed below may have taken effect)."""
+
+    @property
+    def failure(self) -> HttpFailure:
+        """This failure as the core's mapping reads it."""
+        return HttpFailure(self.proof, self.detail, status=self.status)
 
 
 # What a detail keeps of the tracker's message: its first sentence, without anything that may
@@ -56,6 +68,8 @@ def http_detail(status: int, message: str) -> str:
 class NotSent(TrackerError):
     """The request never reached the tracker (connection refused, connect timeout, no pool
     slot): it holds nothing from it."""
+
+    proof = Proof.NOT_SENT
 
 
 class Unanswered(TrackerError):
@@ -84,6 +98,14 @@ class RateLimited(TrackerError):
         self.wait_seconds = wait_seconds
         self.secondary = secondary
 
+    proof = Proof.LIMITED
+
+    @property
+    def failure(self) -> HttpFailure:
+        return HttpFailure(
+            self.proof, self.detail, status=self.status, wait=timedelta(seconds=self.wait_seconds)
+        )
+
 
 class Refused(TrackerError):
     """A 4xx that is not a rate limit: the tracker refused the request (401, 403, 404, 410,
@@ -103,6 +125,8 @@ class Refused(TrackerError):
         self.errors = list(errors)
         self.documentation_url = documentation_url
         self.location = location
+
+    proof = Proof.REFUSED
 
 
 class GraphQLRefused(TrackerError):
@@ -130,12 +154,10 @@ def error_type(error: Any) -> str:
 
 def until_reset(response: httpx.Response) -> float | None:
     """Seconds until ``x-ratelimit-reset`` (a Unix time), read against the tracker's clock
-    (its ``Date`` header), not this host's; None without a readable header."""
-    try:
-        reset = float(response.headers.get("x-ratelimit-reset", ""))
-    except ValueError:
-        return None
-    return reset - provider_clock(response.headers.get("date"))
+    (its ``Date`` header), not this host's (:func:`outbox_core.http_headers.reset_wait`); None
+    without a readable header."""
+    wait = reset_wait(response.headers)
+    return None if wait is None else wait.total_seconds()
 
 
 def rate_limit(response: httpx.Response, message: str) -> RateLimited | None:

@@ -1,6 +1,8 @@
 """What a tracker answer becomes, in one place (:func:`result_for`), and the stop reasons of
-the issue kinds (``outbox-feedback`` adds its own to these):
-
+the issue kinds (``outbox-feedback`` adds its own to these). The rows that any HTTP provider
+shares (never sent, unanswered, a rate limit, a refusal) are the core's mapping
+(``outbox_core.http_results``); what is GitHub's own stays here (which answers are a rate
+limit, a 422 refusing the content, GraphQL's errors):
 
 =========================================================  ===================================
 what happened                                              result
@@ -31,15 +33,13 @@ from datetime import timedelta
 
 from outbox_core import (
     AdapterResult,
-    Defer,
     Failed,
     Reread,
-    Retry,
 )
+from outbox_core.http_results import http_result
 
 from .tracker import (
     GraphQLRefused,
-    RateLimited,
     Refused,
     TrackerError,
     said,
@@ -117,19 +117,16 @@ def result_for(error: TrackerError, *, may_have_written: bool) -> AdapterResult:
 
     ``may_have_written``: this attempt sent a write, or an earlier attempt may have (then a
     Retry, which clears the fence, would let the next attempt write without reading back)."""
-    detail = error.detail
     match error:
-        case RateLimited(wait_seconds=wait):
-            return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
-        case Refused(status=status) if status is not None:
-            fields = refused_content(error)
-            if fields:
-                return Failed(CONTENT_REFUSED, detail=_content_detail(error, fields))
-            return Failed(refused_reason(status), detail=detail)
+        case Refused() if refused_content(error):
+            return Failed(CONTENT_REFUSED, detail=_content_detail(error, refused_content(error)))
         case GraphQLRefused(types=types):
             for kind in types:
                 if kind in GRAPHQL_REASONS:
-                    return Failed(GRAPHQL_REASONS[kind], detail=detail)
-            return Failed(GRAPHQL_ERROR, detail=detail)
-    # NotSent, Unanswered and any other failure.
-    return Reread(detail=detail) if may_have_written else Retry(detail=detail)
+                    return Failed(GRAPHQL_REASONS[kind], detail=error.detail)
+            return Failed(GRAPHQL_ERROR, detail=error.detail)
+    # RateLimited (Defer for its wait), any other Refused (GITHUB_<status>), NotSent,
+    # Unanswered and any other failure (Reread or Retry): the core's mapping.
+    return http_result(
+        error.failure, may_have_written=may_have_written, refused_reason=refused_reason
+    )

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from outbox_core.http_results import Proof
+from outbox_core.http_settings import bearer
+
 from .tracker_errors import (
     SECONDARY_LIMIT_MINIMUM,
     GraphQLRefused,
@@ -66,9 +69,8 @@ class TrackerWire:
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": API_VERSION,
             "User-Agent": USER_AGENT,
+            **bearer(secret),
         }
-        if secret is not None:
-            headers["Authorization"] = f"Bearer {secret.get_secret_value()}"
         if getattr(getattr(transport, "_pool", None), "_retries", 0):
             from outbox_core import ConfigurationError
 
@@ -147,7 +149,7 @@ class TrackerWire:
         limited = rate_limit(response, message)
         if limited is not None:
             return limited
-        if status >= 500:
+        if Proof.of_status(status) is Proof.UNANSWERED:  # a 5xx
             return Unanswered(what, status=status, detail=http_detail(status, message))
         return Refused(
             what,
