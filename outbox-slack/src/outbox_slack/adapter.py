@@ -112,7 +112,6 @@ from outbox_core import (
     Cancelled,
     ConfigurationError,
     ConfiguredAdapter,
-    Defer,
     Done,
     EnqueueCheck,
     Failed,
@@ -126,6 +125,7 @@ from outbox_core import (
     event,
     retry_after,
 )
+from outbox_core.http_results import HttpFailure, Proof, http_result
 from outbox_core.steps import Query, Steps, arun, run
 
 from .domain import message_ref, on_ended, queries
@@ -518,9 +518,13 @@ class SlackPostAdapter(ConfiguredAdapter[SlackSettings]):
         fields = {"status": answer.status, "error": answer.error}
         detail = answer.detail()
         if answer.status == 429 or answer.error in RATE_LIMITED:
+            # The HTTP-level part that every HTTP provider shares (the core's mapping: Defer
+            # for the wait named, else the settings' own); Slack's 200 ``ok: false`` answers
+            # below are its own.
             wait = answer.retry_after or self.settings.rate_limit_seconds
             self._event("slack.post.rate_limited", attempt, logging.INFO, wait=wait, **fields)
-            return Defer(timedelta(seconds=wait), detail=f"{detail}, waiting {wait:g} s")
+            limited = HttpFailure(Proof.LIMITED, detail, wait=timedelta(seconds=wait))
+            return http_result(limited)
         if answer.status >= 500 or answer.error in MAYBE_WRITTEN:
             self._event("slack.post.unknown", attempt, logging.WARNING, **fields)
             return Reread(after=self._window_wait(timedelta(0)), detail=detail)
