@@ -19,9 +19,10 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanKind
 from opentelemetry.util.types import Attributes
 from psycopg import AsyncCursor
 
-from outbox_core import ActionRequest, Done
+from outbox_core import ActionAttempt, ActionRequest, AdapterResult, Done
 from outbox_core.testing import OutboxTestDatabase
 
+from .kinds import ScriptedAdapter
 from .test_tracing import _reset_tracer_provider, attempt_spans, memory_tracing, scripted
 
 # A stored context of a sampled parent (W3C's example).
@@ -283,3 +284,44 @@ def test_with_the_sdk_a_dropped_span_reaches_no_processor_and_the_sampler_sees_n
     ((attributes, links),) = sampler.asked
     assert "messaging.message.id" not in attributes and links == 0
     assert started.started == [] and exporter.get_finished_spans() == ()
+
+
+def test_under_an_unsampled_parent_the_sdk_is_not_asked_and_a_clients_span_is_dropped_too(
+    db: OutboxTestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's default sampler (ParentBased) drops a span whose stored parent was not
+    sampled: the attempt makes none (the SDK's start_span is not called for it), and a
+    provider client's span made during the attempt is in the parent's trace and dropped."""
+    from opentelemetry.sdk.trace import Tracer as SdkTracer
+
+    client: list[trace.SpanContext] = []
+
+    async def script(attempt: ActionAttempt) -> AdapterResult:
+        with trace.get_tracer("httpx").start_as_current_span("POST") as span:
+            client.append(span.get_span_context())
+        return Done()
+
+    ScriptedAdapter.script = script
+    starts: list[str] = []
+    original = SdkTracer.start_span
+
+    def counted(self: SdkTracer, name: str, *args: Any, **kwargs: Any) -> trace.Span:
+        starts.append(name)
+        return original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(SdkTracer, "start_span", counted)
+    with db.connect() as conn:
+        db.outbox.enqueue(conn, ActionRequest("TEST_SCRIPTED", "lane", "k"))
+        conn.execute(
+            f"UPDATE {db.schema}.agent_action SET trace_context = %s::jsonb",
+            (STORED.replace("-01", "-00"),),
+        )
+        conn.commit()
+    with memory_tracing() as (_, exporter):
+        db.drain()
+        assert exporter.get_finished_spans() == ()
+    assert starts == ["POST"]
+    (made,) = client
+    assert f"{made.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert not made.trace_flags.sampled
+    assert db.rows("SELECT state FROM {schema}.agent_action") == [("DONE",)]

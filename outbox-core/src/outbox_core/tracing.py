@@ -22,6 +22,7 @@ the set-up and ``docs/benchmarks.md`` the cost.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from contextvars import Token
 from types import MappingProxyType
@@ -29,11 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, trace
 from opentelemetry.trace import (
+    NonRecordingSpan,
     NoOpTracerProvider,
     ProxyTracerProvider,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
+    TraceFlags,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -73,7 +77,9 @@ _EVENTS = {
     # A Retry or a Defer: ADMITTED again, due after the delay.
     ActionState.ADMITTED: "outbox.rescheduled",
 }
-_tracer: tuple[object, trace.Tracer] | None = None
+_tracer: tuple[object, trace.Tracer, bool] | None = None
+# A W3C traceparent of version 00 without tracestate: trace id, parent id, flags.
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
 def enabled() -> bool:
@@ -101,11 +107,14 @@ def start_attempt(claimed: ClaimedAction, stored: Mapping[str, Any] | None) -> S
     The sampler decides first, from the parent and the kind's constant attributes (built once
     per kind: :func:`_kind_span`); the attempt's own attribute and the link are added only
     when the span records, so that a dropped span builds nothing."""
+    tracer, drops_unsampled = _get_tracer()
+    if drops_unsampled and stored:
+        dropped = _unsampled_parent(stored)
+        if dropped is not None:
+            return dropped
     parent = _propagator.extract(stored) if stored else context.Context()
     name, attributes = _kind_span(claimed.kind)
-    span = _get_tracer().start_span(
-        name, context=parent, kind=SpanKind.CONSUMER, attributes=attributes
-    )
+    span = tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, attributes=attributes)
     if span.is_recording():
         span.set_attribute("messaging.message.id", str(claimed.id))
         parent_span = trace.get_current_span(parent).get_span_context()
@@ -132,13 +141,50 @@ def _kind_span(kind: str) -> tuple[str, Mapping[str, str]]:
         return made
 
 
-def _get_tracer() -> trace.Tracer:
-    """The outbox's tracer of the configured provider, made once per provider."""
+def _get_tracer() -> tuple[trace.Tracer, bool]:
+    """The outbox's tracer of the configured provider, made once per provider, and whether
+    that provider's sampler drops every span whose remote parent was not sampled."""
     global _tracer
     provider = trace.get_tracer_provider()
     if _tracer is None or _tracer[0] is not provider:
-        _tracer = (provider, provider.get_tracer(TRACER_NAME))
-    return _tracer[1]
+        _tracer = (provider, provider.get_tracer(TRACER_NAME), _drops_unsampled(provider))
+    return _tracer[1], _tracer[2]
+
+
+def _drops_unsampled(provider: object) -> bool:
+    """Whether the provider is the SDK's with a ``ParentBased`` sampler that drops a span under
+    a remote parent that was not sampled (the SDK's default sampler does): its decision for
+    such a parent is known without asking it (see :func:`_unsampled_parent`)."""
+    try:
+        from opentelemetry.sdk.trace.sampling import ParentBased
+    except ImportError:  # the SDK is the application's choice
+        return False
+    sampler = getattr(provider, "sampler", None)
+    return (
+        isinstance(sampler, ParentBased)
+        and "remoteParentNotSampled:AlwaysOffSampler" in sampler.get_description()  # type: ignore[no-untyped-call]
+    )
+
+
+def _unsampled_parent(stored: Mapping[str, Any]) -> Span | None:
+    """For a stored context whose sampled flag is off, under a sampler that drops its
+    children: the span the sampler would leave, a non-recording span in the parent's trace,
+    made without the propagator's parse, the sampler's call or a new span id (spans made
+    under it, a provider client's, are dropped and propagate the parent's context). None for
+    anything else (sampled, a tracestate, not a plain version-00 header): the full path."""
+    header = stored.get("traceparent")
+    if not isinstance(header, str) or "tracestate" in stored:
+        return None
+    match = _TRACEPARENT.fullmatch(header)
+    if match is None or int(match[3], 16) & TraceFlags.SAMPLED:
+        return None
+    trace_id, span_id = int(match[1], 16), int(match[2], 16)
+    if not trace_id or not span_id:
+        return None
+    parent = SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16))
+    )
+    return NonRecordingSpan(parent)
 
 
 def activate(span: Span) -> Activation:
