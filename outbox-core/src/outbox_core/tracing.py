@@ -108,16 +108,21 @@ def start_attempt(claimed: ClaimedAction, stored: Mapping[str, Any] | None) -> S
     per kind: :func:`_kind_span`); the attempt's own attribute and the link are added only
     when the span records, so that a dropped span builds nothing."""
     tracer, drops_unsampled = _get_tracer()
-    if drops_unsampled and stored:
-        dropped = _unsampled_parent(stored)
-        if dropped is not None:
-            return dropped
-    parent = _propagator.extract(stored) if stored else context.Context()
+    parent_span = _stored_parent(stored) if stored else None
+    if parent_span is not None:
+        if drops_unsampled and not parent_span.trace_flags.sampled:
+            # What the sampler would leave, without asking it: a non-recording span in the
+            # parent's trace (spans made under it, a provider client's, are dropped too and
+            # propagate the parent's context).
+            return NonRecordingSpan(parent_span)
+        parent = trace.set_span_in_context(NonRecordingSpan(parent_span))
+    else:  # none stored, or one that _stored_parent does not read: the propagator's parse
+        parent = _propagator.extract(stored) if stored else context.Context()
+        parent_span = trace.get_current_span(parent).get_span_context()
     name, attributes = _kind_span(claimed.kind)
     span = tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, attributes=attributes)
     if span.is_recording():
         span.set_attribute("messaging.message.id", str(claimed.id))
-        parent_span = trace.get_current_span(parent).get_span_context()
         if parent_span.is_valid:
             span.add_link(parent_span)
     return span
@@ -154,7 +159,7 @@ def _get_tracer() -> tuple[trace.Tracer, bool]:
 def _drops_unsampled(provider: object) -> bool:
     """Whether the provider is the SDK's with a ``ParentBased`` sampler that drops a span under
     a remote parent that was not sampled (the SDK's default sampler does): its decision for
-    such a parent is known without asking it (see :func:`_unsampled_parent`)."""
+    such a parent is known without asking it (see :func:`start_attempt`)."""
     try:
         from opentelemetry.sdk.trace.sampling import ParentBased
     except ImportError:  # the SDK is the application's choice
@@ -166,25 +171,20 @@ def _drops_unsampled(provider: object) -> bool:
     )
 
 
-def _unsampled_parent(stored: Mapping[str, Any]) -> Span | None:
-    """For a stored context whose sampled flag is off, under a sampler that drops its
-    children: the span the sampler would leave, a non-recording span in the parent's trace,
-    made without the propagator's parse, the sampler's call or a new span id (spans made
-    under it, a provider client's, are dropped and propagate the parent's context). None for
-    anything else (sampled, a tracestate, not a plain version-00 header): the full path."""
+def _stored_parent(stored: Mapping[str, Any]) -> SpanContext | None:
+    """The parent's context from a stored plain W3C ``traceparent`` (version 00, no
+    ``tracestate``: what enqueue stores under the SDK's defaults) with one regex match; None
+    for anything else, which the propagator parses (and refuses, if it must)."""
     header = stored.get("traceparent")
     if not isinstance(header, str) or "tracestate" in stored:
         return None
     match = _TRACEPARENT.fullmatch(header)
-    if match is None or int(match[3], 16) & TraceFlags.SAMPLED:
+    if match is None:
         return None
     trace_id, span_id = int(match[1], 16), int(match[2], 16)
     if not trace_id or not span_id:
         return None
-    parent = SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16))
-    )
-    return NonRecordingSpan(parent)
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16)))
 
 
 def activate(span: Span) -> Activation:
