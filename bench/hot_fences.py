@@ -47,6 +47,7 @@ def one_round(actions: int, fillfactor: int) -> tuple[int, int, float]:
                     "kinds": kinds.kinds,
                     "paths": kinds.paths,
                     "suffixes": kinds.suffixes,
+                    "traced": False,
                 },
             ).fetchall()
             conn.commit()

@@ -216,6 +216,22 @@ def cases(sizes: Sizes, peers_python: str) -> list[Case]:
             burn_cmd,
             note=f"{lanes} lanes, 1 process",
         ),
+        # Traces' cost (docs/benchmarks.md): right after the untraced burn, so that each run's
+        # three burns are interleaved; their ratios to it are reported per run.
+        Case(
+            "burn_traced",
+            "outbox",
+            [*burn_cmd, "--otel-traces"],
+            note="an SDK tracer provider, BatchSpanProcessor to a no-op exporter; every action "
+            "enqueued in a sampled span: every attempt a recorded span",
+        ),
+        Case(
+            "burn_traced_sampled",
+            "outbox",
+            [*burn_cmd, "--otel-sampled", "0.01"],
+            note="as burn_traced, but each action a trace of its own, 1 % of them sampled: the "
+            "ParentBased sampler drops 99 % of the attempt spans",
+        ),
         Case(
             "burn_c1000_pool4",
             "outbox",
@@ -560,6 +576,7 @@ def markdown(table: Table, info: dict[str, Any], repeat: int, quick: bool) -> st
             ]
             cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "n/a")
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    lines += traced_ratios(table)
     notes = sorted({(s, n) for (w, s), n in table.notes.items() if n})
     if notes:
         lines += ["", "Notes:"]
@@ -574,6 +591,32 @@ def markdown(table: Table, info: dict[str, Any], repeat: int, quick: bool) -> st
         ]
     lines.append(END)
     return "\n".join(lines)
+
+
+# The traced burns, each against the untraced burn of the same run (issue 34's targets).
+TRACED = {"burn_traced": 0.7, "burn_traced_sampled": 0.95}
+
+
+def traced_ratios(table: Table) -> list[str]:
+    """Lines of the traced burns' rates over the untraced burn's, run by run (their median,
+    and the target), when the run measured them."""
+    untraced = table.runs.get(("burn", "outbox"))
+    found = [(w, table.runs.get((w, "outbox"))) for w in TRACED]
+    if not untraced or not any(values for _, values in found):
+        return []
+    lines = [
+        "",
+        "Traces' cost: traced burn / untraced burn of the same run (median [min – max]):",
+        "",
+    ]
+    for workload, values in found:
+        ratios = [t / u for t, u in zip(values or [], untraced, strict=False) if u]
+        if ratios:
+            lines.append(
+                f"- {workload}: {statistics.median(ratios):.2f}× [{min(ratios):.2f} – "
+                f"{max(ratios):.2f}] (target ≥ {TRACED[workload]}×)"
+            )
+    return lines
 
 
 def plot(table: Table, path: Path) -> None:

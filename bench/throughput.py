@@ -94,6 +94,15 @@ PENDING_SQL = {
     ],
 }
 
+# --otel-sampled: each measured action's stored context a trace of its own (ids from md5 of the
+# id), sampled (flags 01) for one action in %(every)s and unsampled (00) for the others.
+SAMPLED_CONTEXTS = (
+    "UPDATE outbox.agent_action SET trace_context = jsonb_build_object('traceparent', "
+    "'00-' || md5(id::text) || '-' || left(md5('span-' || id), 16) || "
+    "CASE WHEN id %% %(every)s = 0 THEN '-01' ELSE '-00' END) "
+    "WHERE lane_key >= 'mlane' AND lane_key < 'mlanf'"
+)
+
 
 def worker_settings(args: argparse.Namespace) -> OutboxSettings:
     return OutboxSettings(
@@ -156,16 +165,18 @@ async def worker(args: argparse.Namespace) -> None:
 def set_up_tracing() -> None:
     """An OpenTelemetry SDK tracer provider whose spans go through a batch processor (as an
     application's would) to an exporter that drops them: the cost of making spans, not of
-    shipping them."""
+    shipping them. The sampler is the SDK's default, ParentBased(ALWAYS_ON): an attempt is
+    recorded when the request that enqueued it was (--otel-sampled sets how many were)."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
     class Dropped(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
     provider.add_span_processor(BatchSpanProcessor(Dropped(), max_queue_size=200_000))
     trace.set_tracer_provider(provider)
 
@@ -190,7 +201,7 @@ def start_workers(url: str, args: argparse.Namespace, kind: str) -> list[subproc
         command += ["--profile", args.profile]
     if args.otel_sdk:
         command.append("--otel-sdk")
-    if args.otel_traces:
+    if args.otel_traces or args.otel_sampled is not None:
         command.append("--otel-traces")
     procs = [
         subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ})
@@ -249,7 +260,7 @@ def burn_in(args: argparse.Namespace, kind: str, loopback: LoopbackServer | None
                     conn.execute("VACUUM ANALYZE outbox.action_lane")
                 log(f"pending {args.pending}: {args.pending_count:,} rows in {timer.seconds:.1f} s")
         payload = {"mode": "fast"} if args.kind == "filtered" else {}
-        if args.otel_traces:
+        if args.otel_traces and args.otel_sampled is None:
             # Enqueued inside a span, so that every action carries a trace context to join.
             from opentelemetry import trace
 
@@ -269,6 +280,10 @@ def burn_in(args: argparse.Namespace, kind: str, loopback: LoopbackServer | None
                 )
                 conn.commit()
         with psycopg.connect(db.url, autocommit=True) as conn:
+            if args.otel_sampled is not None:
+                # Each action the trace of a request of its own, one in 1/share of them sampled
+                # (flags 01), the others not (00), as a ratio sampler at the requests leaves them.
+                conn.execute(SAMPLED_CONTEXTS, {"every": round(1 / args.otel_sampled)})
             conn.execute("VACUUM ANALYZE outbox.agent_action")
             conn.execute("VACUUM ANALYZE outbox.action_lane")
             # Start from a clean checkpoint, as the peers' harness does: a million pending rows
@@ -432,6 +447,14 @@ def main() -> None:
         action="store_true",
         help="trace: enqueue inside a span and configure an OpenTelemetry SDK tracer provider "
         "in each worker (spans made, then dropped; needs opentelemetry-sdk)",
+    )
+    parser.add_argument(
+        "--otel-sampled",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="trace as --otel-traces, but each action stores a trace context of its own, of "
+        "which this share (0.01) is sampled: the workers' ParentBased sampler drops the rest",
     )
     parser.add_argument("--url", default=None)
     args = parser.parse_args()

@@ -37,6 +37,8 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
     figures = json.loads(completed.stdout)["figures"]
     for workload in (
         "burn",
+        "burn_traced",
+        "burn_traced_sampled",
         "burn_c1000_pool4",
         "burn_fenced",
         "burn_pending",
@@ -62,6 +64,7 @@ def test_the_quick_run_of_outbox_workloads_writes_the_table_and_the_plot(tmp_pat
         assert figures[f"http_5ms_c1500 / {system}"] > 0, system
     page = (tmp_path / "benchmarks.md").read_text()
     assert run_all.START in page and "| burn |" in page
+    assert "- burn_traced_sampled: " in page.split("Traces' cost", 1)[1]
     assert (tmp_path / "benchmarks.png").stat().st_size > 10_000
     http_part = page.split(run_all.HTTP_START, 1)[1].split(run_all.HTTP_END, 1)[0]
     assert "| 5 ms | 1,500 |" in http_part

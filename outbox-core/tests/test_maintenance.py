@@ -326,6 +326,7 @@ async def test_an_erasure_beside_a_claim_of_the_same_lane_does_not_deadlock(
         "kinds": kinds.kinds,
         "paths": kinds.paths,
         "suffixes": kinds.suffixes,
+        "traced": False,
     }
     claimed: list[Any] = []
     errors: list[BaseException] = []

@@ -6,30 +6,38 @@ never in the payload, so the kinds' variants never see it. Each attempt then run
 ``outbox.execute <kind>`` (kind CONSUMER) whose parent is that stored context and which also
 links to it, as the messaging conventions ask of a consumer; the span is current while the
 adapter runs, so an instrumented HTTP or SMTP client's spans nest under it. The write fence, the
-ending and a reread are events on that span. Attributes name the action (id, kind, attempt,
-epoch) and the result, never a payload value, nor an exception's message.
+outcome and a reread are events on that span. Attributes are the messaging conventions' (see
+:data:`SAMPLING_ATTRIBUTES` and :func:`start_attempt`), never a payload value, nor an
+exception's message.
 
 With no tracer provider configured (the OpenTelemetry API's default), none of this runs: enqueue
 looks at the current span (a context variable read) and stores nothing when none is valid, and
 the executor checks once per attempt whether a provider is set (see :func:`enabled`) and
-otherwise neither reads the stored context nor makes a span. ``docs/tracing.md`` shows the set-up
-and ``docs/benchmarks.md`` the cost.
+otherwise makes no span (the claim does not return the stored context either). With one, the
+claim returns each action's stored context with its row, and a span that the sampler drops
+(``ParentBased`` under an unsampled request) costs the parse of the stored ``traceparent`` and
+the sampler's decision: no attribute, link or event is built for it. ``docs/tracing.md`` shows
+the set-up and ``docs/benchmarks.md`` the cost.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from contextvars import Token
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, trace
 from opentelemetry.trace import (
-    Link,
+    NonRecordingSpan,
     NoOpTracerProvider,
     ProxyTracerProvider,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
+    TraceFlags,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -43,6 +51,17 @@ if TYPE_CHECKING:
 
 TRACER_NAME = "outbox"
 MESSAGING_SYSTEM = "outbox"
+SAMPLING_ATTRIBUTES = {
+    "messaging.system": MESSAGING_SYSTEM,
+    "messaging.operation.type": "process",
+    "messaging.operation.name": "execute",
+}
+"""The OpenTelemetry messaging conventions' attributes of every attempt span that are the same
+for every kind, given at the span's start (with ``messaging.destination.name``, the kind) so
+that a sampler can read them. The span's only other attributes are ``messaging.message.id``
+(the action's id, on a recorded span) and ``error.type`` (the exception's type, when
+execute() raised): the conventions' attributes for a consumer's process span that the outbox
+has. Anything else an attempt says (its result, the ending, a reread) is an event."""
 
 _propagator = TraceContextTextMapPropagator()
 Activation = Token[context.Context]
@@ -58,7 +77,9 @@ _EVENTS = {
     # A Retry or a Defer: ADMITTED again, due after the delay.
     ActionState.ADMITTED: "outbox.rescheduled",
 }
-_tracer: tuple[object, trace.Tracer] | None = None
+_tracer: tuple[object, trace.Tracer, bool] | None = None
+# A W3C traceparent of version 00 without tracestate: trace id, parent id, flags.
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
 def enabled() -> bool:
@@ -81,34 +102,89 @@ def current_context() -> dict[str, str] | None:
 def start_attempt(claimed: ClaimedAction, stored: Mapping[str, Any] | None) -> Span:
     """Start the span of one attempt: child of the enqueuing span's stored context, linked to
     it; a root span when there is none, or it does not parse (never a child of whatever span
-    was current where the executor's tasks were started)."""
-    parent = _propagator.extract(dict(stored)) if stored else context.Context()
-    parent_span = trace.get_current_span(parent).get_span_context()
-    links = [Link(parent_span)] if parent_span.is_valid else None
-    return _get_tracer().start_span(
-        f"outbox.execute {claimed.kind}",
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        links=links,
-        attributes={
-            "messaging.system": MESSAGING_SYSTEM,
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "execute",
-            "messaging.destination.name": claimed.kind,
-            "messaging.message.id": str(claimed.id),
-            "outbox.action.attempt": claimed.attempt,
-            "outbox.action.epoch": claimed.epoch,
-        },
-    )
+    was current where the executor's tasks were started).
+
+    The sampler decides first, from the parent and the kind's constant attributes (built once
+    per kind: :func:`_kind_span`); the attempt's own attribute and the link are added only
+    when the span records, so that a dropped span builds nothing."""
+    tracer, drops_unsampled = _get_tracer()
+    parent_span = _stored_parent(stored) if stored else None
+    if parent_span is not None:
+        if drops_unsampled and not parent_span.trace_flags.sampled:
+            # What the sampler would leave, without asking it: a non-recording span in the
+            # parent's trace (spans made under it, a provider client's, are dropped too and
+            # propagate the parent's context).
+            return NonRecordingSpan(parent_span)
+        parent = trace.set_span_in_context(NonRecordingSpan(parent_span))
+    else:  # none stored, or one that _stored_parent does not read: the propagator's parse
+        parent = _propagator.extract(stored) if stored else context.Context()
+        parent_span = trace.get_current_span(parent).get_span_context()
+    name, attributes = _kind_span(claimed.kind)
+    span = tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, attributes=attributes)
+    if span.is_recording():
+        span.set_attribute("messaging.message.id", str(claimed.id))
+        if parent_span.is_valid:
+            span.add_link(parent_span)
+    return span
 
 
-def _get_tracer() -> trace.Tracer:
-    """The outbox's tracer of the configured provider, made once per provider."""
+_kind_spans: dict[str, tuple[str, Mapping[str, str]]] = {}
+
+
+def _kind_span(kind: str) -> tuple[str, Mapping[str, str]]:
+    """The span name and the sampling attributes of a kind's attempts (made once per kind):
+    the messaging conventions' attributes that a sampler may read, given at the span's start
+    as the conventions ask."""
+    try:
+        return _kind_spans[kind]
+    except KeyError:
+        made = (
+            f"outbox.execute {kind}",
+            MappingProxyType({**SAMPLING_ATTRIBUTES, "messaging.destination.name": kind}),
+        )
+        _kind_spans[kind] = made
+        return made
+
+
+def _get_tracer() -> tuple[trace.Tracer, bool]:
+    """The outbox's tracer of the configured provider, made once per provider, and whether
+    that provider's sampler drops every span whose remote parent was not sampled."""
     global _tracer
     provider = trace.get_tracer_provider()
     if _tracer is None or _tracer[0] is not provider:
-        _tracer = (provider, provider.get_tracer(TRACER_NAME))
-    return _tracer[1]
+        _tracer = (provider, provider.get_tracer(TRACER_NAME), _drops_unsampled(provider))
+    return _tracer[1], _tracer[2]
+
+
+def _drops_unsampled(provider: object) -> bool:
+    """Whether the provider is the SDK's with a ``ParentBased`` sampler that drops a span under
+    a remote parent that was not sampled (the SDK's default sampler does): its decision for
+    such a parent is known without asking it (see :func:`start_attempt`)."""
+    try:
+        from opentelemetry.sdk.trace.sampling import ParentBased
+    except ImportError:  # the SDK is the application's choice
+        return False
+    sampler = getattr(provider, "sampler", None)
+    return (
+        isinstance(sampler, ParentBased)
+        and "remoteParentNotSampled:AlwaysOffSampler" in sampler.get_description()  # type: ignore[no-untyped-call]
+    )
+
+
+def _stored_parent(stored: Mapping[str, Any]) -> SpanContext | None:
+    """The parent's context from a stored plain W3C ``traceparent`` (version 00, no
+    ``tracestate``: what enqueue stores under the SDK's defaults) with one regex match; None
+    for anything else, which the propagator parses (and refuses, if it must)."""
+    header = stored.get("traceparent")
+    if not isinstance(header, str) or "tracestate" in stored:
+        return None
+    match = _TRACEPARENT.fullmatch(header)
+    if match is None:
+        return None
+    trace_id, span_id = int(match[1], 16), int(match[2], 16)
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16)))
 
 
 def activate(span: Span) -> Activation:
@@ -122,7 +198,8 @@ def deactivate(activation: Activation) -> None:
 
 def fence_event(span: Span, answer: str) -> None:
     """A write fence's answer (``passed``, ``moved``, ``short``) as an event."""
-    span.add_event("outbox.fence", {"outbox.fence.answer": answer})
+    if span.is_recording():
+        span.add_event("outbox.fence", {"outbox.fence.answer": answer})
 
 
 def end_attempt(
@@ -130,19 +207,24 @@ def end_attempt(
 ) -> None:
     """Record what the attempt decided and end its span. ``result`` is the counted result's
     name (``Done``, ``Retry (raised)``, ``Abandoned``, ...); ``ending`` the write it leads to
-    (None: abandoned, nothing written); ``error`` what execute() raised, by its type only."""
-    span.set_attribute("outbox.result", result)
-    if error is not None:
-        span.set_attribute("error.type", type(error).__qualname__)
-    if ending is not None:
-        attributes: dict[str, str | float] = {"outbox.action.state": str(ending.state)}
-        if ending.stop_reason is not None:
-            attributes["outbox.stop_reason"] = ending.stop_reason
-        if ending.delay is not None:
-            attributes["outbox.delay_seconds"] = ending.delay.total_seconds()
-        span.add_event(_EVENTS.get(ending.state, "outbox.ending"), attributes)
-    if ending is not None and ending.state in (ActionState.FAILED, ActionState.UNCERTAIN):
-        span.set_status(Status(StatusCode.ERROR, ending.stop_reason))
-    elif error is not None:
-        span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+    (None: abandoned or interrupted, nothing written); ``error`` what execute() raised, by its
+    type only. One event says the outcome: the ending's (by the state it leaves), or
+    ``outbox.abandoned`` when nothing is written. A span that does not record is only ended."""
+    if span.is_recording():
+        if error is not None:
+            span.set_attribute("error.type", type(error).__qualname__)
+        attributes: dict[str, str | float] = {"outbox.result": result}
+        if ending is None:
+            span.add_event("outbox.abandoned", attributes)
+        else:
+            attributes["outbox.action.state"] = str(ending.state)
+            if ending.stop_reason is not None:
+                attributes["outbox.stop_reason"] = ending.stop_reason
+            if ending.delay is not None:
+                attributes["outbox.delay_seconds"] = ending.delay.total_seconds()
+            span.add_event(_EVENTS.get(ending.state, "outbox.ending"), attributes)
+        if ending is not None and ending.state in (ActionState.FAILED, ActionState.UNCERTAIN):
+            span.set_status(Status(StatusCode.ERROR, ending.stop_reason))
+        elif error is not None:
+            span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
     span.end()

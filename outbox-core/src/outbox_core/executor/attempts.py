@@ -24,7 +24,7 @@ from .endings import Endings
 from .fences import Fences
 from .outcomes import AttemptFacts, Ending, decide, exception_result, wrong_result
 from .runtime import Runtime
-from .traces import TraceContexts
+from .traces import TraceContext, TraceContexts
 
 # The claim's ops that start an attempt; the others end the action (see _reap).
 ATTEMPT_OPS = frozenset({"claim", "reclaim"})
@@ -51,7 +51,8 @@ class Attempts:
         self.wrong_results: list[AdapterContractError] | None = None
 
     def dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
-        """Start a task for each claimed row (claim_v1's rows); the tasks, to wait for."""
+        """Start a task for each claimed row (claim_v1's rows, then the stored trace context:
+        the claim query's); the tasks, to wait for."""
         rt = self.rt
         if not rt.accepting:
             self._give_back(rows)
@@ -73,7 +74,7 @@ class Attempts:
                     op=op,
                 )
                 task = asyncio.create_task(
-                    self._attempt(claimed), name=f"outbox-attempt-{claimed.id}"
+                    self._attempt(claimed, row[16]), name=f"outbox-attempt-{claimed.id}"
                 )
                 if claimed.kind in rt.limited:
                     self._held[claimed.kind] = self._held.get(claimed.kind, 0) + 1
@@ -129,7 +130,9 @@ class Attempts:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    async def _attempt(self, claimed: ClaimedAction) -> None:
+    async def _attempt(self, claimed: ClaimedAction, stored: TraceContext = None) -> None:
+        """One attempt. ``stored``: the trace context the claim returned with the row ('{}'
+        when none was stored; None when the claim did not read it, see :meth:`_trace`)."""
         rt = self.rt
         # The lease began at the claim, before this task ran: the watchdog counts from here,
         # not from after a wait for the kind's slots.
@@ -159,7 +162,7 @@ class Attempts:
         slots = self._slots_for(claimed.kind)
         if slots is not None:
             await slots.acquire()
-        traced = await self._trace(attempt) if tracing.enabled() else None
+        traced = await self._trace(attempt, stored) if tracing.enabled() else None
         started = time.perf_counter()
         result: AdapterResult | BaseException
         token = egress_token()
@@ -234,14 +237,20 @@ class Attempts:
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
         self.endings.post(ending)
 
-    async def _trace(self, attempt: ActionAttempt) -> tracing.Activation | None:
+    async def _trace(
+        self, attempt: ActionAttempt, stored: TraceContext
+    ) -> tracing.Activation | None:
         """Start the attempt's span, child of the context stored at enqueue, and make it the
         current span while execute() runs (so the provider client's spans nest under it); the
-        token that detaches it. A trace that cannot be started (the stored context unreadable:
-        the database went away, a row written by hand) never stops the attempt, which holds
-        its kind's slot here and must reach its ending: it runs without a span."""
+        token that detaches it. The claim returns the stored context with its row; only when
+        it did not (``stored`` None: the action was enqueued while the claim ran, or tracing
+        was turned on since) is it read here. A trace that cannot be started (the stored
+        context unreadable: the database went away, a row written by hand) never stops the
+        attempt, which holds its kind's slot here and must reach its ending: it runs without a
+        span."""
         try:
-            stored = await self.traces.read(attempt.id)
+            if stored is None:
+                stored = await self.traces.read(attempt.id)
             attempt.span = tracing.start_attempt(attempt.action, stored)
             return tracing.activate(attempt.span)
         except Exception as exc:
@@ -410,7 +419,7 @@ class Attempts:
 def claimed_action(row: tuple[Any, ...]) -> ClaimedAction:
     # row: op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
     #      state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at,
-    #      created_at
+    #      created_at (then the claim query's trace context, not part of the action)
     return ClaimedAction(
         row[1],
         row[2],

@@ -1,6 +1,7 @@
 """Claiming lane heads: the claim loop (woken by LISTEN or a jittered poll, bounded by the
 free places and, per kind, by its free slots), and one claim statement (``claim_v1``, see
-docs/design/claim.md). What a claim returns goes to the attempts. While the loop waits, the
+docs/design/claim.md). What a claim returns goes to the attempts, with each claimed action's
+stored trace context while tracing is on. While the loop waits, the
 producers are asked for wake-ups (waiting.py)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from .. import tracing
 from ..observability import event
 from .attempts import Attempts
 from .endings import Endings
@@ -156,6 +158,7 @@ class Claims:
             "kinds": chosen.kinds,
             "paths": chosen.paths,
             "suffixes": chosen.suffixes,
+            "traced": tracing.enabled(),
         }
         async with rt.connection() as conn:
             cursor = await conn.execute(rt.queries["claim"], params, prepare=True)

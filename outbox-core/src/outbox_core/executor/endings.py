@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from .. import tracing
 from ..action import Action
 from ..adapter import has_own
 from ..observability import action_event, event
@@ -280,6 +281,7 @@ class Endings:
             "kinds": chained_filter.kinds,
             "paths": chained_filter.paths,
             "suffixes": chained_filter.suffixes,
+            "traced": chain and tracing.enabled(),
         }
         by_id = {ending.action_id: ending for ending in endings}
         hooked = any(self._has_hooks(ending.kind) for ending in endings)
@@ -477,8 +479,9 @@ def _earlier(known: LaneWish | None, at: datetime | None, cleared: bool) -> Lane
 
 
 def _settled_as_claimed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A settle_v2 row in the shape of a claim row (claimed_action_v1's columns)."""
-    return (*row[:12], row[13], row[14], row[15], row[20])
+    """A row of the settle query in the shape of a claim row (claimed_action_v1's columns, then
+    the stored trace context)."""
+    return (*row[:12], row[13], row[14], row[15], row[20], row[24])
 
 
 def _endings_json(endings: Sequence[Ending]) -> str:

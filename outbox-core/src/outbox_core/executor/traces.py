@@ -1,6 +1,9 @@
-"""The stored trace contexts of the attempts about to run, read in batches (only while a
-tracer provider is configured: see :mod:`outbox_core.tracing`). The claim's rows do not carry
-them, so that an executor without tracing reads nothing more than before."""
+"""The stored trace contexts that a claim did not return, read in batches (only while a tracer
+provider is configured: see :mod:`outbox_core.tracing`). The claim and the settle's chained
+claims return each claimed action's stored context with its row (the claim query's last
+column), read in the claim's statement; a read here happens only for an action that statement's
+snapshot did not see (enqueued while the claim ran: claim_v1 locks its lanes in a later
+snapshot than the statement's) or when tracing was turned on after the claim."""
 
 from __future__ import annotations
 

@@ -297,14 +297,27 @@ SELECT kind, at_most_once, instance_level, line FROM {schema}.action_kind ORDER 
 -- name: claim
 -- See claim_v1 in migrations/core/0002_claim.sql: the lanes first, then their heads (the
 -- second half, claim_locked_v1, last replaced by 0011).
-SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
-       state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
+-- The last column, only while tracing is on (the traced parameter), is the trace context stored at
+-- enqueue of each claimed action: '{}' when none was stored, NULL when this statement's
+-- snapshot, older than the claim's own (claim_v1 runs its statements in snapshots of their
+-- own), does not see the action (it was enqueued while the claim ran): the executor then reads
+-- it (executor/traces.py). A scalar subquery: one probe of the primary key per claimed row,
+-- never planned as a join over the table.
+SELECT c.op, c.id, c.kind, c.workspace_id, c.lane_key, c.idempotency_key, c.payload,
+       c.subject_account_id, c.state, c.attempt, c.max_attempts, c.epoch, c.expires_at,
+       c.lease_until, c.write_started_at, c.created_at,
+       CASE WHEN %(traced)s AND c.op IN ('claim', 'reclaim') THEN
+            (SELECT coalesce(t.trace_context, '{}') FROM {schema}.agent_action t WHERE t.id = c.id)
+       END AS trace_context
   FROM {schema}.claim_v1(%(limit)s, make_interval(secs => %(lease)s),
-                         %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
+                         %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]) c
 
 -- name: claim_action
+-- As claim, for one named action (run_now); the trace context is left to the executor's read
+-- (one action, at a caller's request).
 SELECT op, id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id,
-       state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at
+       state, attempt, max_attempts, epoch, expires_at, lease_until, write_started_at, created_at,
+       NULL::jsonb AS trace_context
   FROM {schema}.claim_action_v1(%(id)s, make_interval(secs => %(lease)s),
                                 %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
 
@@ -383,11 +396,16 @@ WITH e AS (
                make_interval(secs => %(lease)s),
                %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]) s
 )
-SELECT s.*, NULL::bigint[] AS ended_ids, NULL::integer[] AS ended_attempts
+SELECT s.*, NULL::bigint[] AS ended_ids, NULL::integer[] AS ended_attempts,
+       -- The chained heads' stored trace contexts while tracing is on, as in claim.
+       CASE WHEN %(traced)s AND s.op IN ('claim', 'reclaim') THEN
+            (SELECT coalesce(t.trace_context, '{}') FROM {schema}.agent_action t WHERE t.id = s.id)
+       END AS trace_context
   FROM s WHERE NOT %(brief)s OR s.op <> 'ended'
 UNION ALL
 SELECT 'ended', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(s.id), array_agg(s.attempt)
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(s.id), array_agg(s.attempt),
+       NULL
   FROM s WHERE %(brief)s AND s.op = 'ended'
 HAVING count(*) > 0
 
@@ -414,7 +432,8 @@ SELECT a.id, a.attempt
 -- endings it was recognised by.
 SELECT 'claim', a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
        a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch,
-       a.expires_at, a.lease_until, a.write_started_at, a.created_at
+       a.expires_at, a.lease_until, a.write_started_at, a.created_at,
+       coalesce(a.trace_context, '{}')
   FROM {schema}.agent_action a
  WHERE a.lane_key = ANY(%(lanes)s) AND a.state = 'EXECUTING' AND NOT (a.id = ANY(%(ended)s))
    AND a.xmin IN (SELECT e.xmin FROM {schema}.agent_action e WHERE e.id = ANY(%(ended)s))
