@@ -21,7 +21,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -144,6 +144,48 @@ class Page:
             "more_may_match": self.more_may_match,
             "note": self.note,
         }
+
+
+def filter_from_text(values: Mapping[str, str | Sequence[str] | None]) -> ActionFilter:
+    """An :class:`ActionFilter` from text, as a command line or a form gives it: the field names
+    as keys, ``states`` one text or several, each of them comma-separated (``FAILED,UNCERTAIN``),
+    times in ISO 8601 with their offset (``2026-12-03T10:00:00Z``); None leaves a field out."""
+    texts: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == "states":
+            parts = [value] if isinstance(value, str) else list(value or ())
+            texts[name] = [state.strip() for part in parts for state in part.split(",")]
+        elif name in _TIME_FIELDS:
+            texts[name] = None if value is None else parse_time(name, str(value))
+        else:
+            texts[name] = value
+    try:
+        return ActionFilter(**texts)
+    except TypeError:
+        unknown = sorted(set(texts) - {f.name for f in fields(ActionFilter)})
+        raise InvalidFilter(unknown[0] if unknown else "filter", "not a filter field") from None
+
+
+def parse_time(field_name: str, text: str) -> datetime:
+    """A time in ISO 8601 with its offset; :class:`InvalidFilter` names ``field_name``."""
+    try:
+        moment: datetime | None = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.utcoffset() is None:
+        raise InvalidFilter(
+            field_name, f"{text!r} is not a time with its offset (2026-12-03T10:00:00Z, ...+01:00)"
+        )
+    return moment
+
+
+def parse_limit(text: str) -> int:
+    """A page size given as text; :class:`InvalidFilter` for one that is not a whole number
+    (find_steps checks the range)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidFilter("limit", f"{text!r} is not a page size from 1 to {MAX_LIMIT}") from None
 
 
 def find_steps(

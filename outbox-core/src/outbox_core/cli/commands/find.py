@@ -4,14 +4,22 @@ as options, one bounded page at a time, as a table of 80 columns or as JSON."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import click
 
 from ...action import Action
 from ...errors import InvalidFilter
-from ...search import DEFAULT_LIMIT, MAX_LIMIT, ActionFilter, Page, find_actions
+from ...search import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    ActionFilter,
+    Page,
+    filter_from_text,
+    find_actions,
+    parse_limit,
+)
 from ..database import connected
 from ..group import State, command
 from ..guard import EXIT_USAGE, fail
@@ -70,7 +78,7 @@ def actions(state: State, as_json: bool, limit: str, cursor: str | None, **field
     go on with the cursor it prints."""
     try:
         action_filter = _filter(fields)
-        size = _limit(limit)
+        size = parse_limit(limit)
         with connected(state.require_url()) as conn:
             page = find_actions(conn, state.outbox(), action_filter, size, cursor)
     except InvalidFilter as exc:
@@ -83,46 +91,22 @@ def actions(state: State, as_json: bool, limit: str, cursor: str | None, **field
 
 
 def _filter(fields: dict[str, Any]) -> ActionFilter:
-    states = [part.strip() for value in fields.pop("states") for part in value.split(",")]
-    times = {
-        "created_since": fields.pop("since"),
-        "created_until": fields.pop("until"),
-        "ended_since": fields.pop("ended_since"),
-        "ended_until": fields.pop("ended_until"),
-    }
-    return ActionFilter(
-        kind=fields["kind"],
-        states=states,
-        stop_reason=fields["stop_reason"],
-        lane_key=fields["lane"],
-        key=fields["key"],
-        key_prefix=fields["key_prefix"],
-        subject=fields["subject"],
-        workspace=fields["workspace"],
-        **{name: _time(name, value) for name, value in times.items()},
+    return filter_from_text(
+        {
+            "kind": fields["kind"],
+            "states": fields["states"],
+            "stop_reason": fields["stop_reason"],
+            "lane_key": fields["lane"],
+            "key": fields["key"],
+            "key_prefix": fields["key_prefix"],
+            "subject": fields["subject"],
+            "workspace": fields["workspace"],
+            "created_since": fields["since"],
+            "created_until": fields["until"],
+            "ended_since": fields["ended_since"],
+            "ended_until": fields["ended_until"],
+        }
     )
-
-
-def _time(field: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        moment = None
-    if moment is None or moment.utcoffset() is None:
-        raise InvalidFilter(
-            field, f"{value!r} is not a time with its offset (2026-12-03T10:00:00Z, ...+01:00)"
-        )
-    return moment
-
-
-def _limit(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        message = f"{value!r} is not a page size from 1 to {MAX_LIMIT}"
-        raise InvalidFilter("limit", message) from None
 
 
 def _cell(text: str, width: int) -> str:
