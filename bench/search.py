@@ -2,6 +2,7 @@
 the buffers its statements touched, with and without the search's indexes (migration 0019).
 
     python bench/search.py [--count 1000000] [--runs 5] [--explain] [--no-compare]
+    python bench/search.py --write-cost 7 [--count 1000000] [--batch 5000]
 
 The table is built with generate_series in a fresh bench database: ``--count`` actions over 30
 days (one every few seconds), 90 % DONE, 8 % ADMITTED, 1 % FAILED, 1 % CANCELLED and 0.1 %
@@ -15,11 +16,17 @@ page's statements) and plan, and the page is timed ``--runs`` times after a warm
 median, wall time from this client over the local socket, JIT off). Then, unless
 ``--no-compare``, the indexes of migration 0019 are dropped and every filter is measured again.
 One JSON line per filter and build.
+
+``--write-cost ROUNDS``: what the indexes cost the writers instead. Two databases get the same
+table, one of them without migration 0019's indexes; then, round by round in turn (the
+machine's load hits both alike), ``enqueue_many`` of ``--batch`` new actions (new lanes and
+keys, one transaction) in each; the median time per action of each, one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from datetime import timedelta
@@ -28,6 +35,7 @@ from typing import Any
 import psycopg
 from harness import Timer, bench_database, emit, log
 
+from outbox_core import ActionRequest
 from outbox_core.search import ActionFilter, Page, find_steps
 from outbox_core.steps import Query, run
 
@@ -152,20 +160,65 @@ def measure_all(
         )
 
 
+def load(conn: psycopg.Connection[Any], count: int) -> None:
+    with Timer() as timer:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(LOAD, {"n": count})
+        conn.execute("SET session_replication_role = DEFAULT")
+        conn.execute("VACUUM ANALYZE outbox.agent_action")
+    log(f"{count:,} actions in {timer.seconds:.1f} s")
+
+
+def write_cost(args: argparse.Namespace) -> None:
+    with contextlib.ExitStack() as stack:
+        builds = {}
+        for build in ("0019", "without 0019"):
+            db = stack.enter_context(bench_database())
+            with psycopg.connect(db.url, autocommit=True) as conn:
+                load(conn, args.count)
+                if build != "0019":
+                    for statement in WITHOUT_0019:
+                        conn.execute(statement)
+            builds[build] = db
+        times: dict[str, list[float]] = {build: [] for build in builds}
+        for round_ in range(args.write_cost + 1):
+            for build, db in builds.items():
+                requests = [
+                    ActionRequest("BENCH_NOOP", f"w-{round_}-{n % 500}", f"w:{round_}:{n}")
+                    for n in range(args.batch)
+                ]
+                with psycopg.connect(db.url) as conn:
+                    started = time.perf_counter()
+                    db.outbox.enqueue_many(conn, requests)
+                    conn.commit()
+                    if round_:  # the first round warms up
+                        times[build].append((time.perf_counter() - started) / args.batch * 1e6)
+        for build, runs in times.items():
+            emit(
+                {
+                    "write_cost": build,
+                    "rows": args.count,
+                    "batch": args.batch,
+                    "us_per_action": round(statistics.median(runs), 1),
+                    "us_runs": [round(t, 1) for t in runs],
+                }
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--explain", action="store_true")
     parser.add_argument("--no-compare", action="store_true")
+    parser.add_argument("--write-cost", type=int, metavar="ROUNDS")
+    parser.add_argument("--batch", type=int, default=5000)
     args = parser.parse_args()
+    if args.write_cost:
+        write_cost(args)
+        return
     with bench_database() as db, psycopg.connect(db.url, autocommit=True) as conn:
-        with Timer() as timer:
-            conn.execute("SET session_replication_role = replica")
-            conn.execute(LOAD, {"n": args.count})
-            conn.execute("SET session_replication_role = DEFAULT")
-            conn.execute("VACUUM ANALYZE outbox.agent_action")
-        log(f"{args.count:,} actions in {timer.seconds:.1f} s")
+        load(conn, args.count)
         conn.execute("SET jit = off")
         measure_all(conn, db, args, "0019")
         if not args.no_compare:
