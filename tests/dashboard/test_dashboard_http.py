@@ -48,7 +48,8 @@ def test_no_payload_value_is_ever_on_a_page(db: OutboxTestDatabase) -> None:
         == 2
     )
     client = TestClient(create_app(db.outbox, db.url))
-    for path in ("/", "/panels"):
+    first = db.scalar("SELECT min(id) FROM {schema}.agent_action")
+    for path in ("/", "/panels", "/search", f"/action/{first}"):
         page = client.get(path)
         assert page.status_code == 200 and "DASH_DEMO" in page.text
         assert CANARY not in page.text

@@ -14,6 +14,7 @@ from .errors import (
     ConfigurationError,
     EgressViolation,
     IdempotencyConflict,
+    InvalidFilter,
     InvalidRequest,
     MigrationError,
     OutboxError,
@@ -47,6 +48,7 @@ from .results import (
     StopReason,
     Uncertain,
 )
+from .search import ActionFilter, Page, afind_actions, find_actions
 from .settings import OutboxSettings
 from .settings_section import SectionSettings
 from .sqlfiles import package_queries
@@ -60,6 +62,7 @@ __all__ = [
     "Action",
     "ActionAdapter",
     "ActionAttempt",
+    "ActionFilter",
     "ActionRequest",
     "ActionState",
     "ActionVariants",
@@ -77,6 +80,7 @@ __all__ = [
     "Executor",
     "Failed",
     "IdempotencyConflict",
+    "InvalidFilter",
     "InvalidRequest",
     "KindRegistry",
     "LeaseLost",
@@ -86,6 +90,7 @@ __all__ = [
     "Outbox",
     "OutboxError",
     "OutboxSettings",
+    "Page",
     "PerLoop",
     "PersonDataCatalog",
     "PluginHost",
@@ -106,6 +111,7 @@ __all__ = [
     "action_event",
     "aenqueue",
     "aenqueue_many",
+    "afind_actions",
     "build_host",
     "collect_status",
     "default_outbox",
@@ -114,6 +120,7 @@ __all__ = [
     "erase_subject",
     "erasing_outbox",
     "event",
+    "find_actions",
     "hookimpl",
     "hookspec",
     "load_plugins",

@@ -23,6 +23,15 @@ class InvalidRequest(OutboxError, ValueError):
         self.field = field
 
 
+class InvalidFilter(OutboxError, ValueError):
+    """A search of actions (:mod:`outbox_core.search`) was refused before it ran: a filter
+    field, the page size or the cursor is wrong. ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
 class IdempotencyConflict(InvalidRequest):
     """An idempotency key was reused for a different effect (another kind or lane)."""
 

@@ -7,7 +7,8 @@ throughput, the installed kinds), kept live by server-sent events that the serve
 the outbox's channel is notified (LISTEN) and every few seconds; a little JavaScript of its own,
 nothing fetched from elsewhere. Two operator actions, through the same core functions as the
 command line (:mod:`outbox_core.operator`): cancel an action that has not started, and run a due
-lane head now. Never a payload. ``docs/dashboard.md`` tells how to run it safely.
+lane head now. A search of actions (:mod:`outbox_core.search`), each id linking to its action's
+page. Never a payload. ``docs/dashboard.md`` tells how to run it safely.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The dashboard's routes: the page, its panels (for live refreshes), the events stream, and the
-two operator actions. See :mod:`outbox_core.dashboard`."""
+"""The dashboard's routes: the page, its panels (for live refreshes), the events stream, the
+two operator actions, the search of actions and one action's page. See
+:mod:`outbox_core.dashboard`."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..errors import InvalidFilter
 from ..migrations import MISSING_OBJECT
 from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
+from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
 from .panels import read_panels
 
@@ -34,6 +37,22 @@ REFRESH_AT_MOST_SECONDS = 1.0
 REFRESH_AT_LEAST_SECONDS = 5.0
 
 _HERE = resources.files(__package__)
+
+# The search form's fields: ActionFilter's, by their names (a form field per name).
+SEARCH_FIELDS = {
+    "kind": "kind",
+    "states": "states (FAILED,UNCERTAIN)",
+    "stop_reason": "stop reason",
+    "lane_key": "lane",
+    "key": "key",
+    "key_prefix": "key prefix",
+    "subject": "subject",
+    "workspace": "workspace",
+    "created_since": "made since",
+    "created_until": "made until",
+    "ended_since": "ended since",
+    "ended_until": "ended until",
+}
 
 
 def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> Starlette:
@@ -129,6 +148,53 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
             return await render(request, "dashboard.html", notice=notice, status=503, ok=False)
         return await render(request, "dashboard.html", notice=notice)
 
+    def search_page(query: dict[str, str]) -> dict[str, Any]:
+        # A form sends its empty fields as empty texts: those leave the field out.
+        given = {name: value.strip() for name, value in query.items() if value.strip()}
+        context: dict[str, Any] = {"q": given, "page": None, "problem": None}
+        try:
+            action_filter = filter_from_text(
+                {name: given.get(name) for name in SEARCH_FIELDS if name in given}
+            )
+            limit = parse_limit(given.get("limit", str(DEFAULT_LIMIT)))
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+                context["page"] = find_actions(
+                    conn, outbox, action_filter, limit, given.get("cursor")
+                )
+        except InvalidFilter as exc:
+            context["problem"] = str(exc)
+        return context
+
+    async def search(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        try:
+            context = await run_in_threadpool(search_page, dict(request.query_params))
+        except psycopg.Error as exc:
+            context, status = {"q": {}, "page": None, "problem": database_down(exc, conninfo)}, 503
+        else:
+            status = 400 if context["problem"] else 200
+        context["fields"] = SEARCH_FIELDS
+        return templates.TemplateResponse(request, "search.html", context, status_code=status)
+
+    def read_action(action_id: int) -> Any:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            return outbox.get(conn, action_id)
+
+    async def action_page(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        action_id = request.path_params["action_id"]
+        try:
+            action = await run_in_threadpool(read_action, action_id)
+        except psycopg.Error as exc:
+            return PlainTextResponse(database_down(exc, conninfo), status_code=503)
+        if action is None:
+            return PlainTextResponse(f"no action {action_id}", status_code=404)
+        return templates.TemplateResponse(
+            request, "action.html", {"action": action.as_dict(), "id": action_id}
+        )
+
     async def events(request: Request) -> Response:
         if not authorized(request):
             return refused()
@@ -142,6 +208,8 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         Route("/", page, name="page"),
         Route("/panels", panels, name="panels"),
         Route("/events", events, name="events"),
+        Route("/search", search, name="search"),
+        Route("/action/{action_id:int}", action_page, name="action"),
         Route("/actions/{operation:str}", operate, methods=["POST"], name="operate"),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]

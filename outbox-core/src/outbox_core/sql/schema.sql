@@ -125,8 +125,22 @@ CREATE INDEX ix_agent_action_expiry
 CREATE INDEX ix_agent_action_ended
     ON {schema}.agent_action (ended_at) WHERE ended_at IS NOT NULL;
 
-CREATE INDEX ix_agent_action_subject
-    ON {schema}.agent_action (subject_account_id) WHERE subject_account_id IS NOT NULL;
+-- The search's indexes (outbox_core/search.py, migration 0019, built CONCURRENTLY there): a
+-- search walks one of them in id order, newest first, from its cursor. (subject_account_id,
+-- id) also serves erasure's equality; it replaced an index on subject_account_id alone.
+CREATE INDEX ix_agent_action_kind_id ON {schema}.agent_action (kind, id);
+
+CREATE INDEX ix_agent_action_lane_id ON {schema}.agent_action (lane_key, id);
+
+CREATE INDEX ix_agent_action_workspace_id
+    ON {schema}.agent_action (workspace_id, id) WHERE workspace_id IS NOT NULL;
+
+CREATE INDEX ix_agent_action_subject_id
+    ON {schema}.agent_action (subject_account_id, id) WHERE subject_account_id IS NOT NULL;
+
+-- A key prefix is a range of the C collation's order, whatever the database's collation.
+CREATE INDEX ix_agent_action_key_c
+    ON {schema}.agent_action (idempotency_key COLLATE "C");
 
 -- The UNCERTAIN actions by kind, for the uncertain gauge and `outbox status` (migration 0008,
 -- built CONCURRENTLY there): only an ending in UNCERTAIN adds an entry, so the count reads
