@@ -23,6 +23,8 @@ only, never a migration):
   ``(lane_key, id)`` for every row, the expiry index keeps ``expires_at IS NOT NULL`` only; the
   executing-lane, ended and uncertain indexes are dropped), fillfactor 50. It keeps no database
   rule for one executing action per lane: the figure of what HOT buys, not a layout to ship;
+* ``shipped_c``: the shipped layout with the keys (``lane_key``, ``idempotency_key``) in
+  ``COLLATE "C"``;
 * ``hot_side_table``: ``hot_unguarded`` with one executing action per lane back in the database
   as a unique key of a side table (``action_executing``, one row per lane with an executing
   action) that triggers on agent_action keep (an insert when an action becomes EXECUTING, a
@@ -90,23 +92,48 @@ HOLDER = (
     "                 WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING'"
 )
 HOLDER_BOUNDED = HOLDER + " AND e.id >= l.head_id"
+# The side table's holder, taken only while the action is still EXECUTING.
 HOLDER_SIDE = (
-    "SELECT e.action_id AS id FROM outbox.action_executing e WHERE e.lane_key = l.lane_key"
+    "SELECT e.action_id AS id FROM outbox.action_executing e "
+    "JOIN outbox.agent_action x ON x.id = e.action_id AND x.state = 'EXECUTING' "
+    "WHERE e.lane_key = l.lane_key"
 )
 
-VARIANTS: dict[str, tuple[list[str], str | None]] = {
-    "shipped": ([], None),
-    "hot_unguarded": (UNGUARDED, HOLDER_BOUNDED),
-    "hot_side_table": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE),
+# The keys in byte order. A column that a trigger's WHEN clause names cannot change its type
+# or collation, so those triggers are dropped and created again as they were.
+KEYS_C = [
+    'ALTER TABLE outbox.agent_action ALTER COLUMN lane_key TYPE text COLLATE "C", '
+    'ALTER COLUMN idempotency_key TYPE text COLLATE "C"',
+    'ALTER TABLE outbox.action_lane ALTER COLUMN lane_key TYPE text COLLATE "C"',
+]
+
+VARIANTS: dict[str, tuple[list[str], str | None, bool]] = {
+    "shipped": ([], None, False),
+    "shipped_c": ([], None, True),
+    "hot_unguarded": (UNGUARDED, HOLDER_BOUNDED, False),
+    "hot_side_table": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, False),
+    "hot_side_table_c": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, True),
 }
 
 LEAF_INSERTS = ("INSERT_LEAF", "INSERT_POST", "SPLIT_L", "SPLIT_R")
 
 
 def apply_variant(conn: psycopg.Connection[Any], name: str) -> None:
-    statements, holder = VARIANTS[name]
+    statements, holder, keys_c = VARIANTS[name]
     for statement in statements:
         conn.execute(statement)
+    if keys_c:
+        triggers = conn.execute(
+            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgrelid = 'outbox.agent_action'::regclass AND NOT tgisinternal "
+            "AND pg_get_triggerdef(oid) ~ '(lane_key|idempotency_key)'"
+        ).fetchall()
+        for trigger, _ in triggers:
+            conn.execute(f"DROP TRIGGER {trigger} ON outbox.agent_action")
+        for statement in KEYS_C:
+            conn.execute(statement)
+        for _, definition in triggers:
+            conn.execute(definition)
     if holder is None:
         return
     row = conn.execute("SELECT pg_get_functiondef('outbox.claim_locked_v1'::regproc)").fetchone()
@@ -145,9 +172,10 @@ def table_updates(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
     return last
 
 
-async def burn(url: str, sample: Callable[[], None]) -> None:
-    """Runs one executor until no action is left; `sample` is called as it polls, and once at
-    the end, before the executor closes its connections."""
+async def burn(url: str, sample: Callable[[], None]) -> float:
+    """Runs one executor until no action is left: the seconds from its start (after it opened
+    its connections) to the poll that saw none left. `sample` is called as it polls, and once
+    at the end, before the executor closes its connections."""
     registry = KindRegistry()
     for kind in BENCH_KINDS:
         registry.register(kind, distribution="bench")
@@ -158,6 +186,7 @@ async def burn(url: str, sample: Callable[[], None]) -> None:
     executor = Executor(outbox, url, settings=settings, kinds=["BENCH_NOOP"])
     await executor.open()
     sample()
+    started = time.monotonic()
     stop = asyncio.Event()
     running = asyncio.create_task(executor.run(stop))
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -168,11 +197,13 @@ async def burn(url: str, sample: Callable[[], None]) -> None:
             left = (await cur.fetchone())[0]  # type: ignore[index]
             sample()
             if left == 0:
+                seconds = time.monotonic() - started
                 break
             await asyncio.sleep(0.1)
     stop.set()
     await running
     await executor.close()
+    return seconds
 
 
 def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
@@ -216,9 +247,7 @@ def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
                     first.setdefault(pid, cpu_seconds)
                     last[pid] = cpu_seconds
 
-            started = time.monotonic()
-            asyncio.run(burn(db.url, sample))
-            seconds = time.monotonic() - started
+            seconds = asyncio.run(burn(db.url, sample))
             cpu_used = sum(last[pid] - first[pid] for pid in last)
             end_lsn, wal_after = conn.execute(
                 "SELECT pg_current_wal_flush_lsn(), wal_bytes FROM pg_stat_wal"
