@@ -9,6 +9,7 @@ and read the states back, so they hold any layout to the rule and fail if it is 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +83,7 @@ class ClaimByHand(threading.Thread):
             ).fetchone()
             if row and row[0]:
                 return
+            time.sleep(0.01)  # a poll, not a timed assertion
 
 
 @pytest.mark.parametrize("holder_claimed_by", ["hand", "claim function"])
