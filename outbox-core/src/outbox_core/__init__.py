@@ -30,6 +30,14 @@ from .http_headers import provider_clock, retry_after
 from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
 from .observability import action_event, event
+from .operator import (
+    OperatorRefused,
+    resolve_absent,
+    resolve_done,
+    resolve_retry,
+    retry,
+)
+from .operator_changes import Plan, Resolution, change_many
 from .outbox import Outbox, aenqueue, aenqueue_many, default_outbox, enqueue, enqueue_many
 from .person_data import PersonDataCatalog
 from .plugins import PluginHost, build_host, load_plugins
@@ -83,17 +91,20 @@ __all__ = [
     "LocksBusy",
     "MigrationError",
     "MigrationLine",
+    "OperatorRefused",
     "Outbox",
     "OutboxError",
     "OutboxSettings",
     "PerLoop",
     "PersonDataCatalog",
+    "Plan",
     "PluginHost",
     "PluginLoadError",
     "PreparedStatementsLost",
     "RegistrationContext",
     "RegistrationError",
     "Reread",
+    "Resolution",
     "Retry",
     "SectionSettings",
     "StatusReport",
@@ -107,6 +118,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "build_host",
+    "change_many",
     "collect_status",
     "default_outbox",
     "enqueue",
@@ -120,6 +132,10 @@ __all__ = [
     "migrate",
     "package_queries",
     "provider_clock",
+    "resolve_absent",
+    "resolve_done",
+    "resolve_retry",
+    "retry",
     "retry_after",
     "tune_collector",
 ]

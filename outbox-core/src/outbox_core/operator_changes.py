@@ -346,7 +346,7 @@ async def _write(
             adapters[action.kind] = adapter
         if has_own(type(adapter), "ended"):
             await adapter.ended(conn, action)
-    action_event("action.resolved", action.id, action.kind, state=str(action.state), by=audit["by"])
+    action_event("action.resolved", action.id, action.kind, state=str(action.state))
     return Change(change.action_id, change.kind, change.before, change.after, action)
 
 
