@@ -277,3 +277,30 @@ async def test_the_audit_and_the_kept_payload_go_with_the_action_on_erasure_and_
         )
         conn.commit()
     assert db.scalar(count, {"id": kept}) == 0
+
+
+class RefusesResolutionsAdapter(ScriptedAdapter):
+    """Its ``ended`` refuses a reference that is not in its form (as an issue's URL is)."""
+
+    kind = "TEST_REFS"
+
+    @classmethod
+    def variants(cls) -> ActionVariants:
+        return ActionVariants.one(Step)
+
+    async def ended(self, conn: Any, action: Any) -> None:
+        if action.readback_ref is not None and not action.readback_ref.startswith("https://"):
+            raise ValueError(f"{action.readback_ref!r} is not a URL")
+
+
+async def test_a_resolution_that_the_kinds_ended_hook_refuses_changes_nothing(
+    db: OutboxTestDatabase,
+) -> None:
+    db.register_kind(RefusesResolutionsAdapter)
+    action_id = await ended_by_executor(db, fence_then_uncertain, "refs", kind="TEST_REFS")
+    async with await db.aconnect() as conn:
+        with pytest.raises(OperatorRefused, match="ended hook refused the resolution"):
+            await resolve_done(conn, db.outbox, action_id, "42", "found", "ana")
+        await resolve_done(conn, db.outbox, action_id, "https://x/42", "found", "ana")
+    assert row(db, action_id)[:3] == ("DONE", "RESOLVED_DONE", "https://x/42")
+    assert len(audits(db, action_id)) == 1

@@ -345,7 +345,15 @@ async def _write(
             adapter = outbox.registry.get(action.kind).adapter.build(outbox.settings)
             adapters[action.kind] = adapter
         if has_own(type(adapter), "ended"):
-            await adapter.ended(conn, action)
+            try:
+                await adapter.ended(conn, action)
+            except Exception as exc:
+                # The whole change rolls back with this error (the transaction's block).
+                raise OperatorRefused(
+                    f"action {action.id} ({action.kind}): its kind's ended hook refused the "
+                    f"resolution ({exc}); for --done give the reference in the form the kind "
+                    "reads back (docs/operations.md): nothing was changed"
+                ) from exc
     action_event("action.resolved", action.id, action.kind, state=str(action.state))
     return Change(change.action_id, change.kind, change.before, change.after, action)
 

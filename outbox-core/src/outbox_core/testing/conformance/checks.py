@@ -462,7 +462,7 @@ def ended_handles_a_resolution(target: ConformanceTarget) -> None:
         return
     with Run(target) as run:
         resolutions = [
-            ("done", Resolution.DONE, "conformance-ref", DONE, StopReason.RESOLVED_DONE),
+            ("done", Resolution.DONE, target.resolved_ref, DONE, StopReason.RESOLVED_DONE),
             ("absent", Resolution.ABSENT, None, FAILED, StopReason.RESOLVED_ABSENT),
         ]
         for label, how, ref, state, reason in resolutions:
