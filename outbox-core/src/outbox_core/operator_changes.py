@@ -202,7 +202,7 @@ async def _free_retry_key(conn: AsyncConnection[Any], outbox: Outbox, key: str) 
     return next((c for c in candidates if c not in taken), None)
 
 
-async def plan_changes(
+async def _plan(
     conn: AsyncConnection[Any],
     outbox: Outbox,
     ids: list[int],
@@ -265,7 +265,7 @@ async def change_many(
     audit = {"reason": reason.strip(), "by": by, "surface": surface, "command": str(how)}
     written: list[Change] = []
     async with conn.transaction():
-        plan, locked = await plan_changes(conn, outbox, wanted, how)
+        plan, locked = await _plan(conn, outbox, wanted, how)
         if dry_run or plan.refusals:
             raise Rollback  # ends this block only, with nothing written
         adapters: dict[str, ActionAdapter] = {}
