@@ -1,4 +1,4 @@
-"""The conformance checks (one module, a little under 600 lines, so that the contract reads as one
+"""The conformance checks (one module, a little over 550 lines, so that the contract reads as one
 page): each a function of a :class:`ConformanceTarget` that raises
 :class:`ConformanceFailure` naming the rule the adapter broke.
 
