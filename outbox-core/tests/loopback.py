@@ -341,6 +341,14 @@ class EndedCallsTheProvider(LoopbackAdapter):
         await asyncio.to_thread(_get, self.port, action.idempotency_key)
 
 
+class EndedKnowsOnlyTheExecutorsEndings(LoopbackAdapter):
+    """Its ``ended`` refuses an ending it did not expect: an operator's resolution."""
+
+    async def ended(self, conn: Any, action: Any) -> None:
+        if str(action.stop_reason).startswith("RESOLVED_"):
+            raise ValueError(f"unexpected stop reason {action.stop_reason}")
+
+
 class CallsInsideTheTransaction(LoopbackAdapter):
     async def execute(self, attempt: ActionAttempt) -> AdapterResult:
         if not await attempt.fence().begin_write():

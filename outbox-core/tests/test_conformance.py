@@ -125,6 +125,11 @@ BROKEN: list[tuple[type[LoopbackAdapter], Check, str]] = [
         "ended() calls no provider",
     ),
     (
+        loopback.EndedKnowsOnlyTheExecutorsEndings,
+        checks.ended_handles_a_resolution,
+        "ended() handles an operator's resolution",
+    ),
+    (
         loopback.CallsInsideTheTransaction,
         checks.no_provider_request_inside_the_attempt_transaction,
         "no provider request while attempt.transaction() is open",

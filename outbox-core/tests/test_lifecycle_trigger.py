@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from outbox_core import ActionRequest, ActionState
-from outbox_core.states import TRANSITIONS, allows
+from outbox_core.states import RESOLUTIONS, TRANSITIONS, allows
 from outbox_core.testing import OutboxTestDatabase
 
 ENDED_SET = "stop_reason = 'TEST', payload = NULL"
@@ -32,6 +32,9 @@ def put_in_state(
         "lease_until = now() + interval '5 minutes' WHERE id = %s",
         (action_id,),
     )
+    if state is ActionState.UNCERTAIN:
+        # As an attempt leaves it: its write started (the case a resolution is for).
+        conn.execute(f"UPDATE {table} SET write_started_at = now() WHERE id = %s", (action_id,))
     if state is not ActionState.EXECUTING:
         conn.execute(
             f"UPDATE {table} SET state = %s, {ENDED_SET} WHERE id = %s", (str(state), action_id)
@@ -39,11 +42,40 @@ def put_in_state(
     return action_id
 
 
+# A well-formed update of an UNCERTAIN action into each state, as an operator's resolution
+# writes it (outbox_core/operator.py); the other states get the executor's forms below.
+RESOLVED_SET = {
+    ActionState.DONE: "stop_reason = 'RESOLVED_DONE', readback_ref = 'ref', payload = NULL",
+    ActionState.FAILED: "stop_reason = 'RESOLVED_ABSENT', payload = NULL",
+    ActionState.ADMITTED: "payload = '{}', stop_reason = NULL, ended_at = NULL",
+}
+
+
+def write_audit(
+    conn: psycopg.Connection, schema: str, action_id: int, old: ActionState, new: ActionState
+) -> None:
+    """The audit row an operator's change writes first, in its transaction."""
+    conn.execute(
+        f'INSERT INTO "{schema}".action_audit (action_id, actor, command, reason, surface, '
+        "before_state, after_state) VALUES (%s, 'test', 'resolve', 'grid', 'api', %s, %s)",
+        (action_id, str(old), str(new)),
+    )
+
+
 def try_update(
-    conn: psycopg.Connection, table: str, action_id: int, old: ActionState, new: ActionState
+    conn: psycopg.Connection,
+    table: str,
+    action_id: int,
+    old: ActionState,
+    new: ActionState,
+    audit: str | None = None,
 ) -> bool:
-    """Try to move the row from ``old`` to ``new`` with a well-formed update; True if allowed."""
-    if new is ActionState.EXECUTING:
+    """Try to move the row from ``old`` to ``new`` with a well-formed update; True if allowed.
+    ``audit``: the schema in which an operator's audit row of the change is written first, in
+    the same transaction."""
+    if old is ActionState.UNCERTAIN and new in RESOLVED_SET:
+        change = f"state = '{new}', {RESOLVED_SET[new]}"
+    elif new is ActionState.EXECUTING:
         if old is ActionState.EXECUTING:
             # A reclaim needs an expired lease; the shortening is an in-place update.
             conn.execute(
@@ -59,6 +91,8 @@ def try_update(
         change = f"state = '{new}', lease_until = NULL"
     try:
         with conn.transaction():
+            if audit is not None:
+                write_audit(conn, audit, action_id, old, new)
             conn.execute(f"UPDATE {table} SET {change} WHERE id = %s", (action_id,))
     except psycopg.errors.CheckViolation:
         return False
@@ -66,10 +100,14 @@ def try_update(
 
 
 def disagreements(
-    db: OutboxTestDatabase, table: Mapping[ActionState, frozenset[ActionState]]
+    db: OutboxTestDatabase,
+    table: Mapping[ActionState, frozenset[ActionState]],
+    *,
+    audited: bool = False,
 ) -> list[tuple[ActionState, ActionState, bool]]:
     """Every ordered pair (same-state included) where the live trigger and ``table`` differ:
-    (old, new, what the trigger did)."""
+    (old, new, what the trigger did). ``audited``: each update is an operator's, with its
+    audit row."""
 
     def expected(old: ActionState, new: ActionState) -> bool:
         return new in table[old] or (old is new and not old.ended)
@@ -78,7 +116,14 @@ def disagreements(
     with db.connect(autocommit=True) as conn:
         for number, (old, new) in enumerate(itertools.product(ActionState, ActionState)):
             action_id = put_in_state(conn, db, old, f"pair-{number}")
-            did = try_update(conn, f'"{db.schema}".agent_action', action_id, old, new)
+            did = try_update(
+                conn,
+                f'"{db.schema}".agent_action',
+                action_id,
+                old,
+                new,
+                audit=db.schema if audited else None,
+            )
             if did != expected(old, new):
                 found.append((old, new, did))
     return found
@@ -88,6 +133,22 @@ def test_every_ordered_pair_of_states_is_allowed_exactly_when_the_table_allows_i
     db: OutboxTestDatabase,
 ) -> None:
     assert disagreements(db, TRANSITIONS) == []
+
+
+def test_with_an_operators_audit_row_exactly_the_resolutions_are_allowed_besides(
+    db: OutboxTestDatabase,
+) -> None:
+    with_resolutions = {state: TRANSITIONS[state] | RESOLUTIONS[state] for state in ActionState}
+    assert disagreements(db, with_resolutions, audited=True) == []
+
+
+def test_the_python_rule_allows_the_resolutions_only_as_a_resolution() -> None:
+    assert RESOLUTIONS[ActionState.UNCERTAIN]
+    for old in ActionState:
+        for new in ActionState:
+            if new in RESOLUTIONS[old]:
+                assert not allows(old, new)
+                assert allows(old, new, resolution=True)
 
 
 def test_a_changed_table_disagrees_with_the_trigger_on_exactly_the_changed_pairs(

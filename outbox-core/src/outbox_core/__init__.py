@@ -31,6 +31,14 @@ from .http_headers import provider_clock, retry_after
 from .lane_locks import LocksBusy
 from .migrations import MigrationLine, migrate
 from .observability import action_event, event
+from .operator import (
+    OperatorRefused,
+    resolve_absent,
+    resolve_done,
+    resolve_retry,
+    retry,
+)
+from .operator_changes import Plan, Resolution, change_many
 from .outbox import Outbox, aenqueue, aenqueue_many, default_outbox, enqueue, enqueue_many
 from .person_data import PersonDataCatalog
 from .plugins import PluginHost, build_host, load_plugins
@@ -87,18 +95,21 @@ __all__ = [
     "LocksBusy",
     "MigrationError",
     "MigrationLine",
+    "OperatorRefused",
     "Outbox",
     "OutboxError",
     "OutboxSettings",
     "Page",
     "PerLoop",
     "PersonDataCatalog",
+    "Plan",
     "PluginHost",
     "PluginLoadError",
     "PreparedStatementsLost",
     "RegistrationContext",
     "RegistrationError",
     "Reread",
+    "Resolution",
     "Retry",
     "SectionSettings",
     "StatusReport",
@@ -113,6 +124,7 @@ __all__ = [
     "aenqueue_many",
     "afind_actions",
     "build_host",
+    "change_many",
     "collect_status",
     "default_outbox",
     "enqueue",
@@ -127,6 +139,10 @@ __all__ = [
     "migrate",
     "package_queries",
     "provider_clock",
+    "resolve_absent",
+    "resolve_done",
+    "resolve_retry",
+    "retry",
     "retry_after",
     "tune_collector",
 ]

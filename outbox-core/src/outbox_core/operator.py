@@ -1,6 +1,9 @@
-"""What an operator may do to one action, with the refusals that keep it safe: cancel an action
-that has not started, and run a due lane head now. ``outbox cancel``, ``outbox run-now`` and
-the dashboard's buttons call these, so each refusal reads the same everywhere."""
+"""What an operator may do to an action, with the refusals that keep it safe: cancel an action
+that has not started, run a due lane head now, resolve an UNCERTAIN action (done, not done,
+read back again) and run a FAILED or CANCELLED one again. ``outbox cancel``, ``run-now``,
+``resolve``, ``retry`` and the dashboard's buttons call these, so each refusal reads the same
+everywhere. Resolutions and retries are audited (:mod:`.operator_changes` plans and writes
+them, one ``action_audit`` row per change, deleted with the action)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,26 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from .action import Action
-from .errors import OutboxError
+from .operator_changes import (
+    Change,
+    OperatorRefused,
+    Resolution,
+    Surface,
+    change_many,
+    written_or_refused,
+)
 from .outbox import Outbox
 from .states import ActionState
 
-
-class OperatorRefused(OutboxError):
-    """The operator's action was refused; the message says why (nothing was changed)."""
+__all__ = [
+    "OperatorRefused",
+    "cancel_unstarted",
+    "resolve_absent",
+    "resolve_done",
+    "resolve_retry",
+    "retry",
+    "run_now",
+]
 
 
 async def cancel_unstarted(conn: AsyncConnection[Any], outbox: Outbox, action_id: int) -> Action:
@@ -68,3 +84,93 @@ async def run_now(outbox: Outbox, conninfo: str, action_id: int) -> Action:
         "of the lane runs first), or another executor holds it, or this build does not serve "
         f"its kind {action.kind}: it was not run"
     )
+
+
+# -- resolve and retry: the one-action forms of operator_changes.change_many -----------------
+
+
+async def _one(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    how: Resolution,
+    reason: str,
+    by: str | None,
+    surface: Surface,
+    ref: str | None,
+) -> Change:
+    plan = await change_many(conn, outbox, [action_id], how, reason, by, ref=ref, surface=surface)
+    return written_or_refused(plan)[0]
+
+
+async def resolve_done(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    ref: str,
+    reason: str,
+    by: str | None = None,
+    *,
+    surface: Surface = "api",
+) -> Action:
+    """End an UNCERTAIN action DONE (``RESOLVED_DONE``) with ``ref``, the reference the operator
+    found at the provider (the effect exists); its kind's ``ended`` runs in the transaction,
+    which is committed. ``by`` names who (default: the database role); ``reason`` is required.
+    :class:`OperatorRefused` (nothing changed) for an action that is not UNCERTAIN."""
+    return (await _one(conn, outbox, action_id, Resolution.DONE, reason, by, surface, ref)).action
+
+
+async def resolve_absent(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    reason: str,
+    by: str | None = None,
+    *,
+    surface: Surface = "api",
+) -> Action:
+    """End an UNCERTAIN action FAILED with ``RESOLVED_ABSENT`` (the operator checked: the effect
+    does not exist); its kind's ``ended`` runs, and :func:`retry` may then run it again (also for
+    an at-most-once kind: the check showed nothing was written). Committed."""
+    return (
+        await _one(conn, outbox, action_id, Resolution.ABSENT, reason, by, surface, None)
+    ).action
+
+
+async def resolve_retry(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    reason: str,
+    by: str | None = None,
+    *,
+    surface: Surface = "api",
+) -> Action:
+    """Read an UNCERTAIN action of a read-back kind back again: ADMITTED, due now, with the
+    payload kept at its ending and its fence's mark, so its next attempt looks for the earlier
+    write before it writes (as after a lost lease; never a blind write). Refused for an
+    at-most-once kind, and for an action whose write never started. Committed."""
+    return (
+        await _one(conn, outbox, action_id, Resolution.READ_BACK, reason, by, surface, None)
+    ).action
+
+
+async def retry(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    reason: str,
+    by: str | None = None,
+    *,
+    surface: Surface = "api",
+) -> Action:
+    """Run a FAILED or CANCELLED action again: a new action of the same kind, payload (the one
+    kept at its ending), lane, workspace and subject, under the key ``<key>#retry-<n>``, linked
+    to the old one by an audit row on each. The new action, committed. Refused for an
+    UNCERTAIN action (resolve it first), for an at-most-once kind whose write started (unless
+    resolved absent), for an action retried already, and once the payload is gone."""
+    new = (
+        await _one(conn, outbox, action_id, Resolution.RETRY, reason, by, surface, None)
+    ).new_action
+    assert new is not None
+    return new

@@ -47,6 +47,10 @@ class StopReason:
     # A read-back kind's provider stayed unreadable for longer than the kind's
     # ``unreadable_for`` after its write may have started: given up as uncertain.
     READBACK_UNAVAILABLE: Final = "READBACK_UNAVAILABLE"
+    # An operator's resolution of an UNCERTAIN action (`outbox resolve`): the effect exists
+    # (DONE, with the reference the operator found), or it does not (FAILED).
+    RESOLVED_DONE: Final = "RESOLVED_DONE"
+    RESOLVED_ABSENT: Final = "RESOLVED_ABSENT"
 
     @classmethod
     def core(cls) -> frozenset[str]:

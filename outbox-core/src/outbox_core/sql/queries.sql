@@ -747,3 +747,74 @@ SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
  WHERE ended_at > now() - interval '1 hour'
  GROUP BY 1, 2
  ORDER BY 1, 2
+
+-- name: operator_lock_actions
+-- The actions an operator's resolve or retry names, locked in id order (an executor's ending
+-- that holds one is waited for, and then its outcome is what the operator's check reads), with
+-- what the check needs beyond the action's columns: the kind's flag, the payload kept at its
+-- ending (migration 0018), and the retries already made of it.
+SELECT a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
+       a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch, a.due_at,
+       a.expires_at, a.lease_until, a.write_started_at, a.ended_at, a.stop_reason,
+       a.readback_ref, a.last_result, a.created_at, a.last_detail,
+       a.at_most_once, k.payload,
+       (SELECT max(au.related_action_id) FROM {schema}.action_audit au
+         WHERE au.action_id = a.id AND au.command = 'retry' AND au.before_state IS NOT NULL)
+  FROM {schema}.agent_action a
+  LEFT JOIN {schema}.action_kept_payload k ON k.action_id = a.id
+ WHERE a.id = ANY(%(ids)s::bigint[])
+ ORDER BY a.id
+   FOR UPDATE OF a
+
+-- name: audit_write
+-- One audit row, before the change it records (guard_agent_action reads it for a resolution).
+-- Who: the name the operator gave, else the database role of the session.
+INSERT INTO {schema}.action_audit (action_id, actor, command, reason, surface, before_state,
+                                   after_state, related_action_id, readback_ref)
+VALUES (%(id)s, coalesce(%(by)s, session_user), %(command)s, %(reason)s, %(surface)s,
+        %(before)s, %(after)s, %(related)s, %(ref)s)
+
+-- name: audit_of_action
+SELECT id, action_id, at, actor, command, reason, surface, before_state, after_state,
+       related_action_id, readback_ref
+  FROM {schema}.action_audit
+ WHERE action_id = %(id)s
+ ORDER BY id
+
+-- name: resolve_ended
+-- An operator's resolution of an UNCERTAIN action into DONE (with the reference found at the
+-- provider) or FAILED; the trigger checks the audit row written just before.
+UPDATE {schema}.agent_action
+   SET state = %(state)s, stop_reason = %(reason)s, readback_ref = %(ref)s
+ WHERE id = %(id)s AND state = 'UNCERTAIN'
+RETURNING id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
+          attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
+          ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
+
+-- name: resolve_readback
+-- An UNCERTAIN action of a read-back kind back to ADMITTED, due now, with its kept payload and
+-- its fence's mark, so that its next attempt reads back before it writes, as after a lost
+-- lease; one more attempt than it has spent, so that the read-back runs even when the action
+-- ended at its last. Its lane's row is made or lowered as an admission's is.
+WITH revived AS (
+    UPDATE {schema}.agent_action a
+       SET state = 'ADMITTED', payload = k.payload, stop_reason = NULL, ended_at = NULL,
+           readback_ref = NULL, due_at = now(), max_attempts = GREATEST(a.max_attempts, a.attempt + 1)
+      FROM {schema}.action_kept_payload k
+     WHERE a.id = %(id)s AND a.state = 'UNCERTAIN' AND k.action_id = a.id
+    RETURNING a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
+              a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch, a.due_at,
+              a.expires_at, a.lease_until, a.write_started_at, a.ended_at, a.stop_reason,
+              a.readback_ref, a.last_result, a.created_at, a.last_detail
+), lane AS (
+    INSERT INTO {schema}.action_lane AS l (lane_key, next_at, head_id, head_kind)
+    SELECT lane_key, due_at, id, kind FROM revived
+    ON CONFLICT (lane_key) DO UPDATE
+       SET next_at = LEAST(l.next_at, excluded.next_at),
+           head_id = LEAST(l.head_id, excluded.head_id),
+           head_kind = CASE WHEN excluded.head_id < l.head_id THEN excluded.head_kind
+                            ELSE l.head_kind END
+)
+SELECT revived.*, (SELECT count(pg_notify({channel}, '')) FROM revived
+                    WHERE {schema}.wake_wanted_v1())
+  FROM revived

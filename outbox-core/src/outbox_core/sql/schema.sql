@@ -34,6 +34,8 @@
 --                         settle_v1 (and settled_v1) for replicas of older builds
 --   9. schema_migration   what `outbox migrate` has applied
 --  10. executor_waiting   the executors waiting for a wake-up, and wake_wanted_v1
+--  11. action_audit       the operator's changes of an action; action_kept_payload, what an
+--                         operator runs again
 --
 -- Objects that replicas of two builds share during a rolling update carry a version suffix
 -- (claim_v1); a changed contract ships under a new name beside the old one, while a
@@ -259,8 +261,49 @@ BEGIN
         RETURN NEW;
     END IF;
 
+    -- An operator's resolution of an UNCERTAIN action (migration 0018): the only way an ended
+    -- action changes. It needs an audit row of this transaction naming the action and this
+    -- very change (outbox_core/operator.py writes it just before), so no executor path, which
+    -- writes none, can take it.
+    IF OLD.state = 'UNCERTAIN' AND NEW.state IN ('DONE', 'FAILED', 'ADMITTED')
+       AND EXISTS (SELECT 1 FROM {schema}.action_audit au
+                    WHERE au.action_id = OLD.id AND au.xact = pg_current_xact_id()
+                      AND au.before_state = 'UNCERTAIN' AND au.after_state = NEW.state) THEN
+        IF NEW.id <> OLD.id OR NEW.kind <> OLD.kind OR NEW.lane_key <> OLD.lane_key
+           OR NEW.idempotency_key <> OLD.idempotency_key OR NEW.epoch <> OLD.epoch
+           OR NEW.attempt <> OLD.attempt
+           OR NEW.write_started_at IS DISTINCT FROM OLD.write_started_at THEN
+            RAISE EXCEPTION 'agent_action %: a resolution changes the state only (id, kind, lane, key, epoch, attempt and the fence''s mark stay)', OLD.id
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF NEW.state = 'DONE' AND (NEW.stop_reason IS DISTINCT FROM 'RESOLVED_DONE'
+                                   OR NEW.readback_ref IS NULL OR NEW.payload IS NOT NULL) THEN
+            RAISE EXCEPTION 'agent_action %: resolved DONE needs stop_reason RESOLVED_DONE, the provider''s reference and no payload', OLD.id
+                USING ERRCODE = 'check_violation';
+        ELSIF NEW.state = 'FAILED' AND (NEW.stop_reason IS DISTINCT FROM 'RESOLVED_ABSENT'
+                                        OR NEW.payload IS NOT NULL) THEN
+            RAISE EXCEPTION 'agent_action %: resolved FAILED needs stop_reason RESOLVED_ABSENT and no payload', OLD.id
+                USING ERRCODE = 'check_violation';
+        ELSIF NEW.state = 'ADMITTED' THEN
+            -- Read back again, as after a lost lease: only a kind that reads back, and only
+            -- with its fence's mark, so that the next attempt looks for the earlier write
+            -- before it writes. It is live again: its payload back, no ending.
+            IF OLD.at_most_once OR OLD.write_started_at IS NULL THEN
+                RAISE EXCEPTION 'agent_action %: only a read-back kind whose write started is read back again', OLD.id
+                    USING ERRCODE = 'check_violation';
+            END IF;
+            IF NEW.payload IS NULL OR NEW.ended_at IS NOT NULL OR NEW.stop_reason IS NOT NULL THEN
+                RAISE EXCEPTION 'agent_action %: an action read back again is live: its payload, no ended_at, no stop_reason', OLD.id
+                    USING ERRCODE = 'check_violation';
+            END IF;
+            RETURN NEW;
+        END IF;
+        NEW.ended_at := now();
+        RETURN NEW;
+    END IF;
+
     IF OLD.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED') THEN
-        RAISE EXCEPTION 'agent_action %: an ended action (%) never changes', OLD.id, OLD.state
+        RAISE EXCEPTION 'agent_action %: an ended action (%) never changes (an UNCERTAIN one only by an operator''s resolution, with its audit row)', OLD.id, OLD.state
             USING ERRCODE = 'check_violation';
     END IF;
 
@@ -980,3 +1023,53 @@ BEGIN
         OR EXISTS (SELECT 1 FROM {schema}.executor_waiting);
 END
 $fn$;
+
+-- 11. The operator ------------------------------------------------------------------------
+-- What an operator did to an action (migration 0018, outbox_core/operator.py): who, when on
+-- the database clock, which command, why, from which surface, the state before and after.
+-- Kept with the action and deleted with it (retention, erasure). `xact` is the transaction
+-- that wrote the row: guard_agent_action (section 5) lets an UNCERTAIN action be resolved
+-- only in a transaction that wrote the audit row of that very change.
+CREATE TABLE {schema}.action_audit (
+    id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    action_id          bigint NOT NULL REFERENCES {schema}.agent_action (id) ON DELETE CASCADE,
+    at                 timestamptz NOT NULL DEFAULT now(),
+    actor              text NOT NULL CHECK (actor <> ''),
+    command            text NOT NULL CHECK (command <> ''),
+    reason             text NOT NULL CHECK (btrim(reason) <> ''),
+    surface            text NOT NULL CHECK (surface IN ('cli', 'dashboard', 'api')),
+    before_state       text,
+    after_state        text NOT NULL,
+    -- The other action of a retry: the new one on the old one's row, the old one on the new's.
+    related_action_id  bigint,
+    readback_ref       text,
+    xact               xid8 NOT NULL DEFAULT pg_current_xact_id()
+);
+
+CREATE INDEX ix_action_audit_action ON {schema}.action_audit (action_id);
+
+-- The payload of an action that ended UNCERTAIN, FAILED or CANCELLED, beside the action (the
+-- ended row keeps none): what `outbox retry` and `outbox resolve --retry` run again. Copied by
+-- a trigger as the action ends, whatever ends it; gone with the action.
+CREATE TABLE {schema}.action_kept_payload (
+    action_id  bigint PRIMARY KEY REFERENCES {schema}.agent_action (id) ON DELETE CASCADE,
+    payload    jsonb NOT NULL
+);
+
+CREATE FUNCTION {schema}.keep_action_payload() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO {schema}.action_kept_payload (action_id, payload)
+    VALUES (NEW.id, OLD.payload)
+    ON CONFLICT (action_id) DO UPDATE SET payload = excluded.payload;
+    RETURN NULL;
+END
+$fn$;
+
+-- Only the endings an operator may act on, and only when there was a payload to keep: every
+-- other update (a claim, a fence, a DONE) passes the WHEN clause without a PL/pgSQL call.
+CREATE TRIGGER keep_action_payload
+    AFTER UPDATE ON {schema}.agent_action
+    FOR EACH ROW
+    WHEN (OLD.payload IS NOT NULL AND NEW.state IN ('UNCERTAIN', 'FAILED', 'CANCELLED'))
+    EXECUTE FUNCTION {schema}.keep_action_payload();

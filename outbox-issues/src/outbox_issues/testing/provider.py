@@ -215,4 +215,6 @@ def conformance_target(
         kind=kind,
         provider=provider,
         request=lambda key, canary: provider.request(db, key, canary),
+        # What an operator's resolve --done names: an issue's URL, as a filing's read-back.
+        resolved_ref=f"{server.base_url}/{PUBLIC}/issues/1",
     )

@@ -109,6 +109,9 @@ class AdapterConformance:
     ) -> None:
         checks.ended_runs_for_every_ending_and_calls_no_provider(conformance_target)
 
+    def test_ended_handles_a_resolution(self, conformance_target: ConformanceTarget) -> None:
+        checks.ended_handles_a_resolution(conformance_target)
+
     def test_no_provider_request_inside_the_attempt_transaction(
         self, conformance_target: ConformanceTarget
     ) -> None:

@@ -1,4 +1,4 @@
-"""The conformance checks (one module, a little over 500 lines, so that the contract reads as one
+"""The conformance checks (one module, a little over 550 lines, so that the contract reads as one
 page): each a function of a :class:`ConformanceTarget` that raises
 :class:`ConformanceFailure` naming the rule the adapter broke.
 
@@ -21,11 +21,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ...errors import InvalidRequest
+from ...operator_changes import Resolution
 from ...results import Abandoned, StopReason
 from ...states import ActionState
 from ...variants import ActionVariants
 from .run import Run, misnamed_stop_reasons
-from .target import ConformanceTarget, Profile
+from .target import ConformanceFailure, ConformanceTarget, Profile
 
 DONE, ADMITTED, EXECUTING = ActionState.DONE, ActionState.ADMITTED, ActionState.EXECUTING
 UNCERTAIN, FAILED, CANCELLED = ActionState.UNCERTAIN, ActionState.FAILED, ActionState.CANCELLED
@@ -452,6 +453,41 @@ def ended_runs_for_every_ending_and_calls_no_provider(target: ConformanceTarget)
             )
 
 
+def ended_handles_a_resolution(target: ConformanceTarget) -> None:
+    """``ended`` runs again, in the resolution's transaction, when an operator resolves an
+    UNCERTAIN action (``outbox resolve --done`` and ``--not-done``), sees the resolved state,
+    stop reason and reference, and calls no provider. A kind that writes nothing outside never
+    ends UNCERTAIN, and is not checked."""
+    if Profile.of(target.db.registry.get(target.kind).adapter) is Profile.NOTHING_OUTSIDE:
+        return
+    with Run(target) as run:
+        resolutions = [
+            ("done", Resolution.DONE, target.resolved_ref, DONE, StopReason.RESOLVED_DONE),
+            ("absent", Resolution.ABSENT, None, FAILED, StopReason.RESOLVED_ABSENT),
+        ]
+        for label, how, ref, state, reason in resolutions:
+            run.fault("drop")
+            action_id = run.enqueue(f"resolve-{label}", max_attempts=1)
+            run.drain()
+            ended, _, _, _ = run.state(action_id)
+            run.expect(
+                ended is UNCERTAIN, "(the suite) a dropped answer ends UNCERTAIN", f"{ended}"
+            )
+            try:
+                run.resolve(action_id, how, ref)
+            except Exception as exc:
+                raise ConformanceFailure(
+                    f"ended() handles an operator's resolution: resolving {label} raised {exc!r}"
+                ) from exc
+            calls = run.endings_of(action_id)
+            last = calls[-1] if calls else None
+            run.expect(
+                last is not None and (last.state, last.stop_reason) == (state, reason),
+                "ended() runs for an operator's resolution",
+                f"resolved {label}: its calls were {[(c.state, c.stop_reason) for c in calls]}",
+            )
+
+
 def _expiring() -> dict[str, Any]:
     return {"expires_at": datetime.now(UTC) + timedelta(hours=1)}
 
@@ -530,6 +566,7 @@ CHECKS: tuple[Callable[[ConformanceTarget], None], ...] = (
     rereads_defers_and_failures_carry_a_detail,
     variants_and_stop_reasons_are_declared,
     ended_runs_for_every_ending_and_calls_no_provider,
+    ended_handles_a_resolution,
     no_provider_request_inside_the_attempt_transaction,
     no_payload_value_in_log_records,
 )

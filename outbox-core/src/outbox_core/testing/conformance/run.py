@@ -14,6 +14,7 @@ from ...action import Action
 from ...adapter import ActionAdapter
 from ...errors import InvalidRequest
 from ...executor.outcomes import clean_detail
+from ...operator_changes import Resolution, change_many, written_or_refused
 from ...requests import ActionRequest
 from ...results import Defer, Failed, Reread
 from ...states import ActionState
@@ -163,6 +164,18 @@ class Run:
                 return action
 
         return asyncio.run(cancel())
+
+    def resolve(self, action_id: int, how: Resolution, ref: str | None = None) -> None:
+        """An operator's resolution of an UNCERTAIN action (``outbox resolve``), committed."""
+
+        async def resolve() -> None:
+            async with await self.db.aconnect() as conn:
+                plan = await change_many(
+                    conn, self.db.outbox, [action_id], how, "conformance", "suite", ref=ref
+                )
+                written_or_refused(plan)
+
+        asyncio.run(resolve())
 
     async def _move_epoch(self, action_id: int) -> None:
         """Another claim takes the action just before the attempt's fence: its lease is made to

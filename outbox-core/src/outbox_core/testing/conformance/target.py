@@ -63,7 +63,9 @@ class ConformanceTarget:
       log record repeats it); it must succeed when the provider is well. The suite's actions
       run one after another, so they may share a lane;
     - ``invalid_payloads``: payloads that enqueue must refuse, beyond those the suite derives
-      from ``variants()`` (an unknown tag, a payload without its required fields).
+      from ``variants()`` (an unknown tag, a payload without its required fields);
+    - ``resolved_ref``: a provider reference in the kind's ``readback_ref`` form (an issue's
+      URL), which the check of an operator's ``resolve --done`` gives.
     """
 
     db: OutboxTestDatabase
@@ -71,6 +73,7 @@ class ConformanceTarget:
     provider: LoopbackProvider
     request: Callable[[str, str], ActionRequest]
     invalid_payloads: Sequence[Mapping[str, Any]] = ()
+    resolved_ref: str = "conformance-ref"
 
 
 class ConformanceFailure(AssertionError):
