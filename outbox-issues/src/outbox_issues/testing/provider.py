@@ -210,9 +210,4 @@ def conformance_target(
 
     serve_issues(db, server, listing_lag_seconds=0.0)
     provider = IssuesProvider(server, kind)
-    return ConformanceTarget(
-        db=db,
-        kind=kind,
-        provider=provider,
-        request=lambda key, canary: provider.request(db, key, canary),
-    )
+    return ConformanceTarget.of(db, kind, provider)

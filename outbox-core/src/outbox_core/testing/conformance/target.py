@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
 
 from ...adapter import ActionAdapter
 from ...requests import ActionRequest
@@ -49,6 +49,16 @@ class LoopbackProvider(Protocol):
     def clear_faults(self) -> None: ...
 
 
+class RequestingProvider(LoopbackProvider, Protocol):
+    """A loopback provider that also makes the suite's requests (a package's own provider
+    class, which stores what a request needs first)."""
+
+    def request(self, db: OutboxTestDatabase, key: str, canary: str) -> ActionRequest:
+        """A valid request of the kind with idempotency key ``key`` whose payload holds
+        ``canary`` (see :attr:`ConformanceTarget.request`)."""
+        ...
+
+
 @dataclass
 class ConformanceTarget:
     """What a plugin author hands the suite.
@@ -71,6 +81,16 @@ class ConformanceTarget:
     provider: LoopbackProvider
     request: Callable[[str, str], ActionRequest]
     invalid_payloads: Sequence[Mapping[str, Any]] = ()
+
+    @classmethod
+    def of(cls, db: OutboxTestDatabase, kind: str, provider: RequestingProvider) -> Self:
+        """The target whose requests ``provider`` makes (``provider.request(db, key, canary)``)."""
+        return cls(
+            db=db,
+            kind=kind,
+            provider=provider,
+            request=lambda key, canary: provider.request(db, key, canary),
+        )
 
 
 class ConformanceFailure(AssertionError):
