@@ -70,11 +70,9 @@ def submit(db: OutboxTestDatabase, report: str = "r1", **options: Any) -> Any:
 
 def action(db: OutboxTestDatabase, key: str) -> tuple[ActionState, str | None, int]:
     """(state, stop reason, attempts counted) of the action holding ``key``."""
-    row = db.rows(
-        "SELECT state, stop_reason, attempt FROM {schema}.agent_action WHERE idempotency_key = %s",
-        (key,),
-    )[0]
-    return ActionState(row[0]), row[1], row[2]
+    found = db.action_state(key)
+    assert found is not None, f"no action holds {key}"
+    return found
 
 
 def filing(db: OutboxTestDatabase, report: str = "r1") -> Filing:

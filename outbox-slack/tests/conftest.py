@@ -50,11 +50,7 @@ def post(db: OutboxTestDatabase, turn: str, count: int = 1, **options: Any) -> i
 
 def action(db: OutboxTestDatabase, turn: str) -> tuple[ActionState, str | None, int] | None:
     """(state, stop reason, attempts counted) of the turn's action; None once removed."""
-    rows = db.rows(
-        "SELECT state, stop_reason, attempt FROM {schema}.agent_action WHERE idempotency_key = %s",
-        (idempotency_key(turn),),
-    )
-    return None if not rows else (ActionState(rows[0][0]), rows[0][1], rows[0][2])
+    return db.action_state(idempotency_key(turn))
 
 
 def readback_ref(db: OutboxTestDatabase, turn: str) -> str | None:
