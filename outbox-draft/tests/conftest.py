@@ -8,6 +8,7 @@ import pytest
 
 from outbox_core import ActionRequest, ActionState
 from outbox_core.testing import OutboxTestDatabase
+from outbox_core.testing.plugin_listed import plugin_listed_first
 from outbox_draft import draft_request
 from outbox_draft.testing import ModelTestServer, serve_draft
 from outbox_issues import Filing, get_filing, submit_report
@@ -20,9 +21,8 @@ TITLE = "Export does nothing"
 TEXT = "The export button does nothing when the list is empty."
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The plugin's first test runs first: `outbox plugins` lists outbox-draft and its kind."""
-    items.sort(key=lambda item: item.path.name != "test_plugin_listed.py")
+pytest_collection_modifyitems = plugin_listed_first
+"""The plugin's first test runs first: `outbox plugins` lists it and its kinds."""
 
 
 @pytest.fixture
@@ -88,11 +88,9 @@ def submit(db: OutboxTestDatabase, report: str = "r1", **options: Any) -> Any:
 
 def action(db: OutboxTestDatabase, key: str) -> tuple[ActionState, str | None, int]:
     """(state, stop reason, attempts counted) of the action holding ``key``."""
-    row = db.rows(
-        "SELECT state, stop_reason, attempt FROM {schema}.agent_action WHERE idempotency_key = %s",
-        (key,),
-    )[0]
-    return ActionState(row[0]), row[1], row[2]
+    found = db.action_state(key)
+    assert found is not None, f"no action holds {key}"
+    return found
 
 
 def filing(db: OutboxTestDatabase, report: str = "r1") -> Filing:

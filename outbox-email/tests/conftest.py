@@ -7,15 +7,14 @@ import pytest
 from outbox_core import ActionState
 from outbox_core.plugins import PluginHost, build_host
 from outbox_core.testing import OutboxTestDatabase
+from outbox_core.testing.plugin_listed import plugin_listed_first
 from outbox_email import enqueue_email
 from outbox_email.testing import SmtpTestServer, serve_email
 
 from . import notices
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The plugin's first test runs first: `outbox plugins` lists outbox-email and EMAIL."""
-    items.sort(key=lambda item: item.path.name != "test_plugin_listed.py")
+pytest_collection_modifyitems = plugin_listed_first
+"""The plugin's first test runs first: `outbox plugins` lists it and its kinds."""
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +51,6 @@ def enqueue(
 
 def action(db: OutboxTestDatabase, key: str) -> tuple[ActionState, str | None, int]:
     """(state, stop reason, attempts counted) of the action holding ``key``."""
-    row = db.rows(
-        "SELECT state, stop_reason, attempt FROM {schema}.agent_action WHERE idempotency_key = %s",
-        (key,),
-    )[0]
-    return ActionState(row[0]), row[1], row[2]
+    found = db.action_state(key)
+    assert found is not None, f"no action holds {key}"
+    return found

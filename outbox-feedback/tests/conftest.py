@@ -11,6 +11,7 @@ import pytest
 
 from outbox_core import ActionState
 from outbox_core.testing import OutboxTestDatabase
+from outbox_core.testing.plugin_listed import plugin_listed_first
 from outbox_feedback import (
     Feedback,
     FeedbackSendQueue,
@@ -31,9 +32,8 @@ ITEMS = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The plugin's first test runs first: `outbox plugins` lists outbox-feedback."""
-    items.sort(key=lambda item: item.path.name != "test_plugin_listed.py")
+pytest_collection_modifyitems = plugin_listed_first
+"""The plugin's first test runs first: `outbox plugins` lists it and its kinds."""
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import pytest
 
 from outbox_core import ActionState
 from outbox_core.testing import OutboxTestDatabase
+from outbox_core.testing.plugin_listed import plugin_listed_first
 from outbox_slack import Entry, idempotency_key, post_turn
 from outbox_slack.testing import SlackTestServer, serve_slack
 
@@ -13,9 +14,8 @@ CHANNEL = "C0TEST"
 ENDED = {"DONE", "UNCERTAIN", "FAILED", "CANCELLED"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The plugin's first test runs first: `outbox plugins` lists outbox-slack and SLACK_POST."""
-    items.sort(key=lambda item: item.path.name != "test_plugin_listed.py")
+pytest_collection_modifyitems = plugin_listed_first
+"""The plugin's first test runs first: `outbox plugins` lists it and its kinds."""
 
 
 @pytest.fixture
@@ -50,11 +50,7 @@ def post(db: OutboxTestDatabase, turn: str, count: int = 1, **options: Any) -> i
 
 def action(db: OutboxTestDatabase, turn: str) -> tuple[ActionState, str | None, int] | None:
     """(state, stop reason, attempts counted) of the turn's action; None once removed."""
-    rows = db.rows(
-        "SELECT state, stop_reason, attempt FROM {schema}.agent_action WHERE idempotency_key = %s",
-        (idempotency_key(turn),),
-    )
-    return None if not rows else (ActionState(rows[0][0]), rows[0][1], rows[0][2])
+    return db.action_state(idempotency_key(turn))
 
 
 def readback_ref(db: OutboxTestDatabase, turn: str) -> str | None:

@@ -9,6 +9,11 @@
 - :mod:`outbox_core.testing.conformance`: the adapter conformance suite, a pytest class
   (``AdapterConformance``) that a plugin subclasses with one fixture, its target (imported on
   its own: it needs pytest).
+- :mod:`outbox_core.testing.loopback_http` and :mod:`outbox_core.testing.faults`: the base of
+  the packages' loopback HTTP fakes (lifecycle, recording, drops, stalls, refused
+  connections) and their fault switches.
+- :mod:`outbox_core.testing.plugin_listed`: the first test of every plugin, a pytest class
+  (``PluginListed``) that a package subclasses with its names (imported on its own).
 """
 
 from __future__ import annotations

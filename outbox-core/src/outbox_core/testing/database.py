@@ -24,6 +24,7 @@ from ..outbox import Outbox
 from ..plugins import PluginHost
 from ..registry import KindRegistry
 from ..settings import OutboxSettings
+from ..states import ActionState
 from .draining import TEST_MARK, drain
 
 A = TypeVar("A", bound=type[ActionAdapter])
@@ -238,6 +239,16 @@ class OutboxTestDatabase:
     ) -> list[tuple[Any, ...]]:
         with self.connect(autocommit=True) as conn:
             return conn.execute(query.replace("{schema}", f'"{self.schema}"'), params).fetchall()
+
+    def action_state(self, key: str) -> tuple[ActionState, str | None, int] | None:
+        """(state, stop reason, attempts counted) of the action holding idempotency key
+        ``key``; None when no action holds it (never enqueued, or removed)."""
+        rows = self.rows(
+            "SELECT state, stop_reason, attempt FROM {schema}.agent_action "
+            "WHERE idempotency_key = %s",
+            (key,),
+        )
+        return None if not rows else (ActionState(rows[0][0]), rows[0][1], rows[0][2])
 
 
 @contextmanager

@@ -99,9 +99,4 @@ def conformance_target(db: OutboxTestDatabase, server: ModelTestServer) -> Confo
 
     serve_draft(db, server)
     provider = DraftProvider(server)
-    return ConformanceTarget(
-        db=db,
-        kind=DRAFT_REPORT,
-        provider=provider,
-        request=lambda key, canary: provider.request(db, key, canary),
-    )
+    return ConformanceTarget.of(db, DRAFT_REPORT, provider)

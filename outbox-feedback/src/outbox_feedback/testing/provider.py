@@ -150,9 +150,4 @@ def conformance_target(
 
     serve_feedback(db, server)
     provider = FeedbackProvider(server, kind)
-    return ConformanceTarget(
-        db=db,
-        kind=kind,
-        provider=provider,
-        request=lambda key, canary: provider.request(db, key, canary),
-    )
+    return ConformanceTarget.of(db, kind, provider)

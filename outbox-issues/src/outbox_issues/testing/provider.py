@@ -210,11 +210,7 @@ def conformance_target(
 
     serve_issues(db, server, listing_lag_seconds=0.0)
     provider = IssuesProvider(server, kind)
-    return ConformanceTarget(
-        db=db,
-        kind=kind,
-        provider=provider,
-        request=lambda key, canary: provider.request(db, key, canary),
-        # What an operator's resolve --done names: an issue's URL, as a filing's read-back.
-        resolved_ref=f"{server.base_url}/{PUBLIC}/issues/1",
+    # What an operator's resolve --done names: an issue's URL, as a filing's read-back.
+    return ConformanceTarget.of(
+        db, kind, provider, resolved_ref=f"{server.base_url}/{PUBLIC}/issues/1"
     )

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..adapter import SlackPostAdapter
+from .conversations import METHODS, TOKEN, Channel, Message
 from .provider import SlackProvider, conformance_request
-from .server import METHODS, TOKEN, Channel, Message, SlackTestServer
+from .server import SlackTestServer
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
 
 from ...adapter import ActionAdapter
 from ...requests import ActionRequest
@@ -49,6 +49,16 @@ class LoopbackProvider(Protocol):
     def clear_faults(self) -> None: ...
 
 
+class RequestingProvider(LoopbackProvider, Protocol):
+    """A loopback provider that also makes the suite's requests (a package's own provider
+    class, which stores what a request needs first)."""
+
+    def request(self, db: OutboxTestDatabase, key: str, canary: str) -> ActionRequest:
+        """A valid request of the kind with idempotency key ``key`` whose payload holds
+        ``canary`` (see :attr:`ConformanceTarget.request`)."""
+        ...
+
+
 @dataclass
 class ConformanceTarget:
     """What a plugin author hands the suite.
@@ -74,6 +84,25 @@ class ConformanceTarget:
     request: Callable[[str, str], ActionRequest]
     invalid_payloads: Sequence[Mapping[str, Any]] = ()
     resolved_ref: str = "conformance-ref"
+
+    @classmethod
+    def of(
+        cls,
+        db: OutboxTestDatabase,
+        kind: str,
+        provider: RequestingProvider,
+        *,
+        resolved_ref: str = "conformance-ref",
+    ) -> Self:
+        """The target whose requests ``provider`` makes (``provider.request(db, key, canary)``);
+        ``resolved_ref`` as the field of that name says."""
+        return cls(
+            db=db,
+            kind=kind,
+            provider=provider,
+            request=lambda key, canary: provider.request(db, key, canary),
+            resolved_ref=resolved_ref,
+        )
 
 
 class ConformanceFailure(AssertionError):
