@@ -51,6 +51,7 @@ def claim_params(db: OutboxTestDatabase, limit: int = 10, lease: float = 300.0) 
         "kinds": kinds.kinds,
         "paths": kinds.paths,
         "suffixes": kinds.suffixes,
+        "traced": False,
     }
 
 
