@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 
-from outbox_core import ActionRequest, preview_erasure
+import pytest
+
+from outbox_core import ActionRequest, OutboxError, preview_erasure
 from outbox_core.testing import OutboxTestDatabase
 
 from .test_cli import enqueue, noop_installed, outbox
@@ -84,6 +86,24 @@ def test_a_dry_run_inside_the_callers_transaction_undoes_and_counts_only_itself(
 
     # Of the subject's two actions the caller deleted one: the dry run would delete the other.
     assert asyncio.run(go()) == (1, 1, 1, "INTRANS")
+
+
+def test_a_dry_run_where_the_server_counts_nothing_refuses_rather_than_report_zero(
+    noop_installed: OutboxTestDatabase,
+) -> None:
+    db = noop_installed
+    subject_actions(db)
+    before = db.contents()
+
+    async def go() -> None:
+        async with await db.aconnect() as conn:
+            await conn.execute("SET track_counts = off")  # a superuser's setting; ours is one
+            await conn.commit()
+            await preview_erasure(conn, SUBJECT, outbox=db.outbox)
+
+    with pytest.raises(OutboxError, match="track_counts off"):
+        asyncio.run(go())
+    assert db.contents() == before
 
 
 def subject_left(db: OutboxTestDatabase) -> int:
