@@ -63,7 +63,8 @@ def requests_for(world: World, subject: str, tag: str, **changes: Any) -> list[A
     return out
 
 
-def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> None:
+def subject_everywhere(world: World) -> None:
+    """The subject's and the other account's actions of every kind, in every state."""
     db = world.db
     # Ended: DONE, FAILED, UNCERTAIN, CANCELLED (ABSENT), through every phase of the providers.
     for phase in PHASES:
@@ -100,6 +101,19 @@ def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> 
         )
     }
     assert states >= {"DONE", "FAILED", "UNCERTAIN", "ADMITTED", "PROPOSED", "EXECUTING"}, states
+
+
+def erase(world: World, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(
+        main, ["erase", "--subject", SUBJECT, *args], env={"OUTBOX_DATABASE_URL": world.db.url}
+    )
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.output)
+    return report
+
+
+def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> None:
+    subject_everywhere(world)
     before = naming(world, SUBJECT)
     # The control: the scan sees the subject in the core's, Slack's and the issues' tables.
     assert {
@@ -109,11 +123,28 @@ def test_erasure_leaves_no_row_naming_the_subject_in_any_table(world: World) -> 
     assert "outbox.issue_report.reporter_account_id" in before, before
     kept = naming(world, OTHER)
 
-    result = CliRunner().invoke(
-        main, ["erase", "--subject", SUBJECT], env={"OUTBOX_DATABASE_URL": db.url}
-    )
-    assert result.exit_code == 0, result.output
+    report = erase(world)
+
     assert naming(world, SUBJECT) == {}
-    report = json.loads(result.output)
     assert report["actions"] > 0 and report["catalogs"]["issues"] > 0, report
     assert naming(world, OTHER) == kept, "only the erased account's rows went"
+
+
+def test_the_dry_run_counts_per_table_what_the_erasure_of_every_package_does_and_changes_nothing(
+    world: World,
+) -> None:
+    subject_everywhere(world)
+    before = world.db.contents()
+
+    would = erase(world, "--dry-run")
+
+    assert world.db.contents() == before, "the dry run changed rows"
+    assert naming(world, SUBJECT), "the dry run erased the subject"
+    # The core's tables and those of the packages that hold person data, as their catalogs
+    # erase them: the issues' catalog cancels actions, scrubs the filing and enqueues a cleanup.
+    tables = would["tables"]
+    assert {"outbox.agent_action", "outbox.slack_turn", "outbox.issue_report"} <= set(tables)
+    assert tables["outbox.agent_action"]["inserted"] > 0, tables  # CLEANUP_ISSUE
+    erased = erase(world)
+    assert erased["tables"] == tables
+    assert erased["catalogs"] == would["catalogs"] and erased["actions"] == would["actions"]

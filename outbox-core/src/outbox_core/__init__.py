@@ -8,7 +8,7 @@ is internal and may change in any release.
 from .action import Action
 from .adapter import ActionAdapter, ConfiguredAdapter, EnqueueCheck, PerLoop
 from .attempt import ActionAttempt, LeaseLost, WriteFence
-from .erasure import ErasureReport, erase_subject, erasing_outbox
+from .erasure import ErasureReport, TableRows, erase_subject, erasing_outbox, preview_erasure
 from .errors import (
     AdapterContractError,
     ConfigurationError,
@@ -115,6 +115,7 @@ __all__ = [
     "StatusReport",
     "StopReason",
     "StoppedKind",
+    "TableRows",
     "Uncertain",
     "UndecodableAction",
     "UnknownKind",
@@ -138,6 +139,7 @@ __all__ = [
     "load_plugins",
     "migrate",
     "package_queries",
+    "preview_erasure",
     "provider_clock",
     "resolve_absent",
     "resolve_done",

@@ -512,6 +512,21 @@ DELETE FROM {schema}.agent_action
  WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, kind, lane_key, state
 
+-- name: rows_written_in_transaction
+-- Erasure: the rows this transaction has deleted, updated and inserted so far, per table, as
+-- PostgreSQL counts them (pg_stat_xact_user_tables: this backend's own counts, any schema). The
+-- erasure reads them before and after its deletes, so what it reports per table is what its
+-- statements did, with no list of tables kept beside them. Rows of a savepoint that was rolled
+-- back count too, as PostgreSQL counts attempted work.
+SELECT schemaname || '.' || relname, n_tup_del, n_tup_upd, n_tup_ins
+  FROM pg_stat_xact_user_tables
+ WHERE n_tup_del + n_tup_upd + n_tup_ins > 0
+
+-- name: counts_rows_written
+-- Whether rows_written_in_transaction counts anything: track_counts off (a superuser's
+-- setting) leaves every count at zero.
+SELECT current_setting('track_counts')::bool
+
 -- name: drop_idle_lanes
 -- Erasure: the lanes it took whose live actions are all gone. Their keys may name the erased
 -- account (applications write lanes such as account:<id>), and a lane without a live action

@@ -250,6 +250,27 @@ class OutboxTestDatabase:
         )
         return None if not rows else (ActionState(rows[0][0]), rows[0][1], rows[0][2])
 
+    def contents(self) -> dict[str, list[str]]:
+        """Every row of every table of the schema (each row as text, sorted), by table name:
+        two of them compare equal when nothing in the schema changed in between."""
+        with self.connect(autocommit=True) as conn:
+            names = conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = %s AND table_type = 'BASE TABLE' ORDER BY 1",
+                (self.schema,),
+            ).fetchall()
+            return {
+                name: [
+                    row[0]
+                    for row in conn.execute(
+                        sql.SQL("SELECT t::text FROM {}.{} t ORDER BY 1").format(
+                            sql.Identifier(self.schema), sql.Identifier(name)
+                        )
+                    )
+                ]
+                for (name,) in names
+            }
+
 
 @contextmanager
 def fresh_database(

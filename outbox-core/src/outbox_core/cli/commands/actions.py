@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import click
 
 from ..database import aconnected, connected
 from ..group import ACTION_ID, State, command
-from ..guard import EXIT_USAGE, fail
+from ..guard import EXIT_FAILURE, EXIT_USAGE, fail
 
 
 @command()
@@ -90,12 +91,28 @@ def run_now(state: State, action_id: int) -> None:
 
 @command()
 @click.option("--subject", required=True, metavar="ACCOUNT_ID", help="the erased account")
-def erase(state: State, subject: str) -> None:
-    """Delete every action addressed to an account and erase every package's person data."""
-    from ...erasure import erase_subject
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="print what would be deleted, counted per table, and delete nothing",
+)
+@click.option("--yes", is_flag=True, help="on a terminal, erase without asking first")
+def erase(state: State, subject: str, dry_run: bool, yes: bool) -> None:
+    """Delete every action addressed to an account and erase every package's person data;
+    print, as JSON, what went: actions, per catalog, and per table the rows deleted, updated
+    and inserted.
+
+    On a terminal it first shows what would go (the --dry-run) and asks; a script (stdin not
+    a terminal) erases without asking, as before. --dry-run runs the same erasure and rolls it
+    back, so its counts are the erasure's own."""
+    from ...erasure import erase_subject, preview_erasure
 
     url = state.require_url()
     outbox = state.outbox()
+
+    async def preview() -> Any:
+        async with aconnected(url) as conn:
+            return await preview_erasure(conn, subject, outbox=outbox)
 
     async def go() -> Any:
         async with aconnected(url) as conn:
@@ -103,7 +120,14 @@ def erase(state: State, subject: str) -> None:
             await conn.commit()
             return report
 
+    if dry_run or (not yes and sys.stdin.isatty()):
+        would = asyncio.run(preview())
+        click.echo(json.dumps({"subject": subject, "dry_run": True, **would.as_dict()}))
+        if dry_run:
+            return
+        # Asked without holding the subject's lanes: the erasure below runs afresh and prints
+        # what it did, which differs from the above only by what changed meanwhile.
+        if not click.confirm(f"erase these rows of {subject!r}?", default=False, err=True):
+            fail("nothing erased", EXIT_FAILURE)
     report = asyncio.run(go())
-    click.echo(
-        json.dumps({"subject": subject, "actions": report.actions, "catalogs": report.catalogs})
-    )
+    click.echo(json.dumps({"subject": subject, **report.as_dict()}))
