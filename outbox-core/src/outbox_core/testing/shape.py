@@ -22,6 +22,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
 
+__all__ = [
+    "LIMIT",
+    "REASON",
+    "PackageShape",
+    "circles",
+    "import_circles",
+    "import_graph",
+    "unexplained_long_modules",
+]
+
 LIMIT = 450
 """The length over which a module says why it is one piece."""
 
