@@ -31,8 +31,8 @@ from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
-from ..adapter import EVENT_TYPE
 from ..settings import SlackSettings
+from ..slack_api import EVENT_TYPE
 
 TOKEN = "xoxb-outbox-test-token"
 TEAM_ID = "T0TEST"
