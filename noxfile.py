@@ -128,9 +128,9 @@ def chaos(session: nox.Session) -> None:
 # src/, imports, docstrings, comments and signatures left out, at 4 lines or more. At 4, main
 # before issue 33 held five repeats (the action/claim fields in action.py ~ attempt.py; the draft
 # and issues settings' URL check; two testing/provider pairs of draft, feedback and issues;
-# feedback's send request in adapter.py ~ enqueue.py), each removed since, and it fails on any of
-# them; at 3 it also names two calls of one function with the same arguments. A repeat kept on
-# purpose says why at its lines and is marked `# pylint: disable=duplicate-code` there.
+# feedback's send request in adapter.py ~ enqueue.py) and it fails on each; at 3 it also names two
+# calls of one function with the same arguments. A repeat kept on purpose says why at its lines
+# and is marked `# pylint: disable=duplicate-code` there (claimed.py: ClaimedAction's fields).
 REPEAT_LINES = 4
 
 
