@@ -23,6 +23,7 @@ PUBLIC_MODULES = {
     "outbox_core.testing",
     "outbox_core.testing.conformance",
     "outbox_core.testing.pgproxy",
+    "outbox_core.testing.shape",
 }
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 ROW = re.compile(r"^\| `(\w+)` \|", re.MULTILINE)

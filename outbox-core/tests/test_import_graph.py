@@ -1,95 +1,49 @@
 """The modules of outbox_core import one way: a lower module never imports an upper one, so
-the import graph has no circle. Imports inside functions count (they only defer the circle);
-imports under ``if TYPE_CHECKING:`` do not (they never run)."""
+the import graph has no circle. Imports inside functions count (they only defer the circle), and
+so do imports under ``if TYPE_CHECKING:`` (the two modules still need each other). The check is
+``outbox_core.testing.shape``, which every package's suite runs on its own source."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import outbox_core
-
-PACKAGE = Path(outbox_core.__file__).resolve().parent
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-
-
-def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imported(name: str) -> set[str]:
-    """The outbox_core modules that ``name`` imports when it runs, anywhere in its body."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child.test):
-                for branch in child.orelse:
-                    visit_one(branch)
-            else:
-                visit_one(child)
-
-    def visit_one(node: ast.AST) -> None:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            for alias in node.names:
-                submodule = f"{module}.{alias.name}"
-                found.add(submodule if submodule in MODULES else module)
-        visit(node)
-
-    visit(ast.parse(path.read_text("utf-8")))
-    return {module for module in found if module in MODULES and module != name}
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Each circle once, as a path that starts and ends at the same module."""
-    found: list[list[str]] = []
-    seen: set[frozenset[str]] = set()
-    done: set[str] = set()
-
-    def walk(node: str, path: list[str]) -> None:
-        for target in sorted(graph[node]):
-            if target in path:
-                circle = [*path[path.index(target) :], target]
-                key = frozenset(circle)
-                if key not in seen:
-                    seen.add(key)
-                    found.append(circle)
-            elif target not in done:
-                walk(target, [*path, target])
-        done.add(node)
-
-    for start in sorted(graph):
-        if start not in done:
-            walk(start, [start])
-    return found
+from outbox_core.testing.shape import circles, import_circles, import_graph
 
 
 def test_the_import_graph_of_outbox_core_has_no_circle() -> None:
-    graph = {name: imported(name) for name in MODULES}
-    assert graph["outbox_core.cli"], "the parse finds imports"
-    assert [" -> ".join(circle) for circle in circles(graph)] == []
+    assert import_graph(Path(outbox_core.__file__).parent)["outbox_core.cli"], "the parse finds"
+    assert import_circles(outbox_core) == []
 
 
 def test_the_circle_finder_finds_a_circle_through_a_function_level_import() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c", "a"]]
+
+
+def test_an_import_for_type_checking_only_closes_a_circle_too(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "attempt.py").write_text("from .tracing import fence_event\n")
+    (package / "tracing.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from .attempt import ClaimedAction\n"
+    )
+    assert circles(import_graph(package)) == [["pkg.attempt", "pkg.tracing", "pkg.attempt"]]
+
+
+def test_a_relative_import_of_a_submodule_is_an_edge_to_that_submodule(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from .sub import leaf\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "leaf.py").write_text("from .. import other\n")
+    (package / "other.py").write_text("import pkg.sub.leaf\n")
+    assert import_graph(package) == {
+        "pkg": {"pkg.sub.leaf"},
+        "pkg.other": {"pkg.sub.leaf"},
+        "pkg.sub": set(),
+        "pkg.sub.leaf": {"pkg.other"},
+    }

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from psycopg import AsyncConnection
 
 from . import tracing
+from .claimed import ClaimedAction
 from .errors import OutboxError
 
 if TYPE_CHECKING:
@@ -35,26 +35,6 @@ class AttemptBackend(Protocol):
     def lease_transaction(
         self, action_id: int, epoch: int
     ) -> AbstractAsyncContextManager[AsyncConnection[Any]]: ...
-
-
-class ClaimedAction(NamedTuple):
-    """The action's fields as the claim returned them. A named tuple, immutable like a frozen
-    dataclass but built in a fifth of the time (0.5 against 2.5 us), once per claimed action."""
-
-    id: int
-    kind: str
-    workspace_id: str | None
-    lane_key: str
-    idempotency_key: str
-    payload: dict[str, Any] | None
-    subject_account_id: str | None
-    attempt: int
-    max_attempts: int
-    epoch: int
-    expires_at: datetime | None
-    lease_until: datetime | None
-    write_started_at: datetime | None
-    created_at: datetime
 
 
 class WriteFence:

@@ -46,7 +46,7 @@ from .states import ActionState
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from .attempt import ClaimedAction
+    from .claimed import ClaimedAction
     from .executor.outcomes import Ending
 
 TRACER_NAME = "outbox"

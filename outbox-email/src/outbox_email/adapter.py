@@ -1,5 +1,9 @@
 """``EmailAdapter``: the only adapter of ``EMAIL`` and the only code that talks SMTP.
 
+Longer than 450 lines on purpose: it is one attempt's SMTP conversation, stage by stage, next to
+the table below of what each stage's answer makes of the attempt, and the two are read together;
+the pool of sessions it draws from is in :mod:`outbox_email.smtp_sessions`.
+
 One attempt: the notice prepares the message again (nobody can receive it: FAILED with the
 notice's reason, nothing sent); a connection is taken from the pool or opened (connect, TLS,
 EHLO, AUTH); ``begin_write()``; then one SMTP transaction, MAIL FROM, RCPT TO, DATA and the
@@ -38,13 +42,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import ssl
-import time
-from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from psycopg import AsyncConnection, Connection
@@ -80,6 +80,7 @@ from .notices import (
     UnreachableReason,
 )
 from .settings import EmailSettings
+from .smtp_sessions import SmtpSession, SmtpSessions, smtp_library
 
 if TYPE_CHECKING:
     from aiosmtplib import SMTP, SMTPResponse
@@ -102,7 +103,7 @@ def refused_reason(code: int) -> str:
 def _connect_stage(exc: BaseException) -> str:
     """Where opening a session failed, when the exception says so: aiosmtplib opens, greets,
     says EHLO, starts TLS and logs in within one ``connect()``."""
-    lib = _lib()
+    lib = smtp_library()
     if isinstance(exc, lib.SMTPAuthenticationError):
         return " at AUTH"
     # aiosmtplib's own words when the relay offers no STARTTLS, or refuses it.
@@ -141,147 +142,11 @@ class NoNotice(BaseModel):
         )
 
 
-_aiosmtplib: ModuleType | None = None
-
-
-def _lib() -> ModuleType:
-    """aiosmtplib, imported when an adapter is built, not when the plugin is loaded."""
-    global _aiosmtplib
-    if _aiosmtplib is None:
-        import aiosmtplib
-
-        _aiosmtplib = aiosmtplib
-    return _aiosmtplib
-
-
 @dataclass(slots=True)
 class _Progress:
     stage: str = "mail"
     content_sent: bool = False
     """True once the content was handed to the transport: from then on the relay may hold it."""
-
-
-class _Connection:
-    """One SMTP session; ``smtp`` is replaced in place when it is reopened."""
-
-    __slots__ = ("idle_since", "sent", "smtp")
-
-    def __init__(self, smtp: SMTP) -> None:
-        self.smtp = smtp
-        self.sent = 0
-        self.idle_since = 0.0
-
-    @property
-    def reused(self) -> bool:
-        return self.sent > 0
-
-
-class _Connections:
-    """The adapter's SMTP sessions in one event loop: at most ``max_connections`` open, idle
-    ones kept for ``idle_seconds`` when ``reuse_connections`` is on."""
-
-    def __init__(self, settings: EmailSettings, local_hostname: str | None) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.settings = settings
-        self.local_hostname = local_hostname
-        self._slots = asyncio.Semaphore(settings.max_connections)
-        self._idle: deque[_Connection] = deque()
-        self._janitor: asyncio.Task[None] | None = None
-
-    async def acquire(self) -> _Connection:
-        """A connected, authenticated session (the most recently used idle one, or a new one).
-        Holds a slot until :meth:`release`."""
-        await self._slots.acquire()
-        try:
-            while self._idle:
-                connection = self._idle.pop()
-                if connection.smtp.is_connected and not self._expired(connection):
-                    return connection
-                connection.smtp.close()
-            connection = _Connection(await self._open())
-            return connection
-        except BaseException:
-            self._slots.release()
-            raise
-
-    async def reopen(self, connection: _Connection) -> None:
-        """Replace a dead session by a new one, keeping the slot."""
-        connection.smtp.close()
-        connection.smtp = await self._open()
-        connection.sent = 0
-
-    def release(self, connection: _Connection, *, reusable: bool) -> None:
-        """Give the slot back; keep the session for the next message when it is clean."""
-        try:
-            if (
-                reusable
-                and self.settings.reuse_connections
-                and connection.smtp.is_connected
-                and connection.sent < self.settings.max_messages_per_connection
-            ):
-                connection.idle_since = time.monotonic()
-                self._idle.append(connection)
-                if self._janitor is None or self._janitor.done():
-                    self._janitor = self.loop.create_task(self._expire(), name="outbox-email-idle")
-            else:
-                connection.smtp.close()
-        finally:
-            self._slots.release()
-
-    async def quit(self, connection: _Connection) -> None:
-        """Say goodbye (QUIT) and close, ignoring a relay that does not answer."""
-        try:
-            await connection.smtp.quit(timeout=1.0)
-        except Exception:
-            pass
-        finally:
-            connection.smtp.close()
-
-    async def aclose(self) -> None:
-        idle = list(self._idle)
-        self._idle.clear()
-        await asyncio.gather(*(self.quit(connection) for connection in idle))
-        if self._janitor is not None:
-            self._janitor.cancel()
-            await asyncio.gather(self._janitor, return_exceptions=True)
-
-    def _expired(self, connection: _Connection) -> bool:
-        return time.monotonic() - connection.idle_since >= self.settings.idle_seconds
-
-    async def _expire(self) -> None:
-        """Close idle sessions after ``idle_seconds``; all of them when the loop shuts down
-        (the task is cancelled then), so no socket outlives its event loop."""
-        try:
-            while self._idle:
-                oldest = self._idle[0]
-                wait = oldest.idle_since + self.settings.idle_seconds - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                    continue
-                self._idle.popleft()
-                await self.quit(oldest)
-        finally:
-            while self._idle:
-                self._idle.pop().smtp.close()
-
-    async def _open(self) -> SMTP:
-        settings = self.settings
-        if self.local_hostname is None:
-            self.local_hostname = await asyncio.to_thread(socket.getfqdn)
-        smtp: SMTP = _lib().SMTP(
-            hostname=settings.host,
-            port=settings.effective_port,
-            use_tls=settings.tls == "implicit",
-            start_tls=settings.tls == "starttls",
-            username=settings.username,
-            password=None if settings.password is None else settings.password.get_secret_value(),
-            local_hostname=self.local_hostname,
-            timeout=settings.command_timeout_seconds,
-            validate_certs=settings.validate_certs,
-            cert_bundle=settings.cert_bundle,
-        )
-        await smtp.connect(timeout=settings.connect_timeout_seconds)
-        return smtp
 
 
 class EmailAdapter(ConfiguredAdapter[EmailSettings]):
@@ -325,8 +190,8 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
         found = notices if notices is not None else type(self).notices
         self._notices = found if found is not None else NoticeRegistry()
         self._connections = PerLoop(
-            lambda: _Connections(self.settings, self.settings.local_hostname),
-            _Connections.aclose,
+            lambda: SmtpSessions(self.settings, self.settings.local_hostname),
+            SmtpSessions.aclose,
         )
 
     # -- declaration ---------------------------------------------------------------------------
@@ -354,7 +219,7 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
 
     @classmethod
     def build(cls, settings: OutboxSettings) -> Self:
-        _lib()
+        smtp_library()
         return super().build(settings)
 
     # -- at enqueue ----------------------------------------------------------------------------
@@ -478,15 +343,15 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
     async def _send(
         self,
         attempt: ActionAttempt,
-        pool: _Connections,
-        connection: _Connection,
+        pool: SmtpSessions,
+        connection: SmtpSession,
         envelope_sender: str,
         mail: Mail,
         content: bytes,
         reference: str,
     ) -> AdapterResult:
         """One SMTP transaction on ``connection``; releases it whatever happens."""
-        lib = _lib()
+        lib = smtp_library()
         progress = _Progress()
         try:
             async with asyncio.timeout(self.settings.send_timeout_seconds):
@@ -531,14 +396,14 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
     async def _mail_from(
         self,
         attempt: ActionAttempt,
-        pool: _Connections,
-        connection: _Connection,
+        pool: SmtpSessions,
+        connection: SmtpSession,
         envelope_sender: str,
         progress: _Progress,
     ) -> None:
         """MAIL FROM. A pooled session that turns out dead here (the relay closed it while it
         was idle) is replaced once: no byte of this message has been sent yet."""
-        lib = _lib()
+        lib = smtp_library()
         try:
             await connection.smtp.mail(envelope_sender)
             return
@@ -557,7 +422,7 @@ class EmailAdapter(ConfiguredAdapter[EmailSettings]):
         does not say whether a failure came before or after the content left; this does."""
         protocol = smtp.protocol
         if protocol is None:
-            raise _lib().SMTPServerDisconnected("Connection lost before the content")
+            raise smtp_library().SMTPServerDisconnected("Connection lost before the content")
         protocol.write(content)  # raises, sending nothing, when the connection is already gone
         progress.content_sent = True
         try:

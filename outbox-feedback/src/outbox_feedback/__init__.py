@@ -20,8 +20,6 @@ from .adapter import (
 from .copies import CopyState, Item
 from .domain import Copy, Feedback, lane, send_key
 from .enqueue import (
-    FeedbackSendQueue,
-    Queued,
     acreate_feedback,
     adecide,
     aget_feedback,
@@ -34,6 +32,7 @@ from .enqueue import (
     retract,
 )
 from .errors import FeedbackRetracted, NewerSendInLane, SendInProgress, UnknownFeedback
+from .send_queue import FeedbackSendQueue, Queued
 
 __all__ = [
     "DELIVER_FEEDBACK",

@@ -2,6 +2,10 @@
 code of this package that calls the tracker (through ``outbox_issues.tracker.GitHubTracker``,
 the one tracker client of outbox; the settings are outbox-issues', ``OUTBOX_ISSUES_*``).
 
+Longer than 450 lines on purpose: the three kinds are one adapter (one attempt that reads the
+copies back and writes each under its own fence, one ``ended`` hook that may queue the
+correction with these very classes), and a sixth of it is the table below.
+
 A send brings the feedback's copies on the pull request (the summary as a conversation
 comment, each inline item as a review comment on its line) to what the feedback decided:
 deliver and edit create what is missing, change what differs (an edit that finds its copy gone
@@ -72,7 +76,6 @@ from outbox_core import (
     Abandoned,
     Action,
     ActionAttempt,
-    ActionRequest,
     ActionState,
     ActionVariants,
     AdapterResult,
@@ -104,7 +107,7 @@ from .copies import (
     summary_copy,
     writes_for,
 )
-from .domain import VARIANTS, feedback_of, lane, queries, send_key
+from .domain import VARIANTS, feedback_of, lane, queries, send_request
 
 DELIVER_FEEDBACK = "DELIVER_FEEDBACK"
 EDIT_FEEDBACK = "EDIT_FEEDBACK"
@@ -472,13 +475,12 @@ class FeedbackAdapter(TrackerAdapter):
         if any(other.id != action.id for other in live):
             return  # a later send is queued already: it carries the decision
         await conn.execute(named["next_send"], {"feedback": feedback_id})
-        request = ActionRequest(
-            kind=RETRACT_FEEDBACK if retracted else EDIT_FEEDBACK,
-            lane_key=lane(feedback_id),
-            idempotency_key=send_key(feedback_id, int(sends) + 1),
-            payload={"feedback": feedback_id},
-            workspace_id=workspace,
-            subject_account_id=author,
+        request = send_request(
+            RETRACT_FEEDBACK if retracted else EDIT_FEEDBACK,
+            feedback_id,
+            int(sends) + 1,
+            workspace=workspace,
+            author=author,
         )
         queued = await outbox.aenqueue(conn, request)
         self.ended_event(

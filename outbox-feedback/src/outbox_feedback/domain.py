@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from outbox_core import package_queries
+from outbox_core import ActionRequest, package_queries
 
 FEEDBACK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 VARIANT = "review"
@@ -34,6 +35,31 @@ def lane(feedback_id: str) -> str:
 def send_key(feedback_id: str, number: int, variant: str = VARIANT) -> str:
     """The key of the feedback's ``number``-th send."""
     return f"feedback:{feedback_id}:{number}:{variant}"
+
+
+def send_request(
+    kind: str,
+    feedback_id: str,
+    number: int,
+    *,
+    workspace: str | None,
+    author: str | None,
+    expires_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> ActionRequest:
+    """The feedback's ``number``-th send as a request: its lane, its key, and a payload of
+    identifiers only (the adapter reads the rest). Queued by the application
+    (:mod:`outbox_feedback.send_queue`) and, for a correction, by a send's ``ended`` hook."""
+    return ActionRequest(
+        kind=kind,
+        lane_key=lane(feedback_id),
+        idempotency_key=send_key(feedback_id, number),
+        payload={"feedback": feedback_id},
+        workspace_id=workspace,
+        subject_account_id=author,
+        expires_at=expires_at,
+        max_attempts=max_attempts,
+    )
 
 
 def feedback_of(lane_key: str) -> str:

@@ -3,8 +3,8 @@ once as steps (:mod:`outbox_core.steps`).
 
 - :func:`create_feedback`, :func:`decide`, :func:`mark`, :func:`retract`: the feedback's
   decided content and marks; each raises the feedback's revision.
-- :class:`FeedbackSendQueue`: ``queue(conn, feedback_id)`` enqueues the feedback's send, in
-  the transaction that changed the feedback, under the feedback's row lock.
+- their checks of a feedback id and its lock's answer, which :mod:`outbox_feedback.send_queue`
+  shares (its :class:`~outbox_feedback.send_queue.FeedbackSendQueue` queues the send).
 
 Every function takes the feedback's row lock first, so the sends of one feedback are queued in
 the order its decisions commit. Payloads hold identifiers only (``{"feedback": <id>}``); the
@@ -14,51 +14,33 @@ adapters read the rest.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
 
 from outbox_core import (
-    ActionRequest,
-    ActionState,
     InvalidRequest,
     Outbox,
-    UndecodableAction,
     default_outbox,
 )
-from outbox_core.lane_locks import LocksBusy
-from outbox_core.steps import NeedsAsync, Query, Steps, arun, run
+from outbox_core.steps import Query, Steps, arun, run
 from outbox_issues import limits
 
-from .adapter import DELIVER_FEEDBACK, EDIT_FEEDBACK, RETRACT_FEEDBACK, SUPERSEDED
 from .copies import SUMMARY, Item, check_copies
-from .domain import FEEDBACK_ID, Feedback, lane, queries, send_key
-from .errors import FeedbackRetracted, NewerSendInLane, SendInProgress, UnknownFeedback
+from .domain import FEEDBACK_ID, Feedback, queries, send_key
+from .errors import FeedbackRetracted, UnknownFeedback
 
-CANCEL_WAIT_SECONDS = 2.0
 LONGEST_SEND = 2**31 - 1
 """The highest send number a feedback's key can carry (``feedback.sends`` is an integer): a
 copy's body is measured with that key's marker, the longest any send of it writes."""
 
 
-@dataclass(frozen=True, slots=True)
-class Queued:
-    """What ``queue`` enqueued: the send (its action, kind and key) and the unstarted sends it
-    replaced (they ended CANCELLED with ``SUPERSEDED``)."""
-
-    feedback_id: str
-    action_id: int
-    kind: str
-    idempotency_key: str
-    replaced: tuple[int, ...] = ()
-
-
 # -- checks ------------------------------------------------------------------------------------
 
 
-def _feedback_id(value: object) -> str:
+def checked_feedback_id(value: object) -> str:
+    """``value`` as a feedback id, or :class:`InvalidRequest` naming ``feedback_id``."""
     if not isinstance(value, str) or not FEEDBACK_ID.match(value):
         raise InvalidRequest(
             "feedback_id", "use 1-100 letters, digits, '.', '_' or '-' (it names lanes and keys)"
@@ -110,7 +92,8 @@ def _items(items: Sequence[Item]) -> list[Item]:
     return checked
 
 
-def _locked(row: list[tuple[Any, ...]], feedback_id: str) -> tuple[Any, ...]:
+def locked_row(row: list[tuple[Any, ...]], feedback_id: str) -> tuple[Any, ...]:
+    """The feedback's row from ``lock_feedback``'s answer, or :class:`UnknownFeedback`."""
     if not row:
         raise UnknownFeedback("feedback_id", f"no feedback {feedback_id!r} was stored")
     return row[0]
@@ -150,7 +133,7 @@ def create_feedback_steps(
     items: Sequence[Item] = (),
 ) -> Steps[bool]:
     """:func:`create_feedback` as steps."""
-    feedback_id = _feedback_id(feedback_id)
+    feedback_id = checked_feedback_id(feedback_id)
     _text("workspace_id", workspace_id)
     _text("author_account_id", author_account_id)
     from outbox_issues.settings import REPOSITORY
@@ -239,7 +222,7 @@ async def acreate_feedback(
 
 
 def _open_feedback_steps(named: dict[str, str], feedback_id: str) -> Steps[tuple[Any, ...]]:
-    row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
+    row = locked_row((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
     if row[3] is not None:
         raise FeedbackRetracted("feedback_id", f"feedback {feedback_id!r} was retracted")
     return row
@@ -253,7 +236,7 @@ def decide_steps(
     items: Sequence[Item] | None = None,
 ) -> Steps[int]:
     """:func:`decide` as steps."""
-    feedback_id = _feedback_id(feedback_id)
+    feedback_id = checked_feedback_id(feedback_id)
     if summary is not None:
         _text("summary", summary)
     checked = _items(items) if items is not None else None
@@ -298,7 +281,7 @@ async def adecide(
 
 def mark_steps(outbox: Outbox, feedback_id: str, item_id: str, *, resolved: bool) -> Steps[int]:
     """:func:`mark` as steps."""
-    feedback_id = _feedback_id(feedback_id)
+    feedback_id = checked_feedback_id(feedback_id)
     named = queries(outbox.schema)
     row = yield from _open_feedback_steps(named, feedback_id)
     marked = yield Query(
@@ -338,9 +321,9 @@ async def amark(
 
 def retract_steps(outbox: Outbox, feedback_id: str) -> Steps[int]:
     """:func:`retract` as steps."""
-    feedback_id = _feedback_id(feedback_id)
+    feedback_id = checked_feedback_id(feedback_id)
     named = queries(outbox.schema)
-    row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
+    row = locked_row((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
     if row[3] is not None:
         return int(row[2])
     yield Query(named["retract"], {"feedback": feedback_id})
@@ -388,94 +371,3 @@ async def aget_feedback(
 
 
 # -- the send queue ----------------------------------------------------------------------------
-
-
-class FeedbackSendQueue:
-    """Queues a feedback's send: one lane per feedback, the newest action of the lane is its
-    send. ``queue`` runs in the transaction that changes the feedback."""
-
-    def __init__(self, outbox: Outbox | None = None) -> None:
-        self._outbox = outbox
-
-    @property
-    def outbox(self) -> Outbox:
-        return self._outbox if self._outbox is not None else default_outbox()
-
-    def queue_steps(
-        self,
-        feedback_id: str,
-        *,
-        expires_at: datetime | None = None,
-        max_attempts: int | None = None,
-    ) -> Steps[Queued]:
-        """:meth:`queue` as steps."""
-        outbox = self.outbox
-        feedback_id = _feedback_id(feedback_id)
-        named = queries(outbox.schema)
-        row = _locked((yield Query(named["lock_feedback"], {"feedback": feedback_id})), feedback_id)
-        workspace, author, _, retracted_at, sends, delivered = row
-        try:
-            # The decoding read: a send this build cannot read (a newer build's variant) fails
-            # here, and nothing is enqueued behind it.
-            live = yield from outbox.lane_steps(lane(feedback_id), live_only=True, decode=True)
-        except UndecodableAction as exc:
-            raise NewerSendInLane(
-                f"feedback {feedback_id!r}: its lane holds a send that this build cannot read "
-                f"({exc}); a replica of the newer build carries it out, queue from there"
-            ) from None
-        for action in live:
-            if action.state is ActionState.EXECUTING or action.write_started_at is not None:
-                raise SendInProgress(feedback_id, action.id)
-        kind = (
-            RETRACT_FEEDBACK
-            if retracted_at is not None
-            else DELIVER_FEEDBACK
-            if delivered is None
-            else EDIT_FEEDBACK
-        )
-        request = ActionRequest(
-            kind=kind,
-            lane_key=lane(feedback_id),
-            idempotency_key=send_key(feedback_id, int(sends) + 1),
-            payload={"feedback": feedback_id},
-            workspace_id=workspace,
-            subject_account_id=author,
-            expires_at=expires_at,
-            max_attempts=max_attempts,
-        )
-        outbox.prepare(request)  # refused here, before anything is written
-        replaced: list[int] = []
-        for action in live:
-            try:
-                cancelled = yield from outbox.cancel_steps(
-                    action.id, SUPERSEDED, lock_wait_seconds=CANCEL_WAIT_SECONDS
-                )
-            except NeedsAsync:
-                raise NeedsAsync(
-                    f"feedback {feedback_id!r}: replacing its unstarted send {action.id} runs "
-                    "that send's async ended hook; queue from async code with "
-                    "`await FeedbackSendQueue().aqueue(conn, ...)`"
-                ) from None
-            except LocksBusy:
-                cancelled = None
-            if cancelled is None:  # claimed meanwhile: it runs now
-                raise SendInProgress(feedback_id, action.id)
-            replaced.append(action.id)
-        yield Query(named["next_send"], {"feedback": feedback_id})
-        enqueued = yield from outbox.enqueue_steps(request)
-        return Queued(feedback_id, enqueued.id, kind, request.idempotency_key, tuple(replaced))
-
-    def queue(self, conn: Connection[Any], feedback_id: str, **options: Any) -> Queued:
-        """Enqueue the feedback's send (``DELIVER_FEEDBACK`` before anything was delivered,
-        ``EDIT_FEEDBACK`` after, ``RETRACT_FEEDBACK`` once retracted) in ``conn``'s
-        transaction, under the feedback's row lock. An unstarted send of the feedback is
-        cancelled (``SUPERSEDED``) and replaced. Raises :class:`SendInProgress` (status 409)
-        while a send runs: commit the change anyway, the running send's ended hook queues the
-        correction. Raises :class:`NewerSendInLane` when the lane holds a send this build cannot
-        read. Replacing an unstarted send runs its async ended hook: from sync code that raises
-        :class:`~outbox_core.steps.NeedsAsync` (nothing written); use :meth:`aqueue`."""
-        return run(conn, self.queue_steps(feedback_id, **options))
-
-    async def aqueue(self, conn: AsyncConnection[Any], feedback_id: str, **options: Any) -> Queued:
-        """The async twin of :meth:`queue`."""
-        return await arun(conn, self.queue_steps(feedback_id, **options))

@@ -6,23 +6,19 @@ metadata that lets an attempt after an unknown write find the post instead of po
 :func:`redact` removes an entry's text, and with the last one the turn's ended post.
 """
 
-from .adapter import (
-    ERROR_REASONS,
-    EVENT_TYPE,
-    KIND,
-    SLACK_HISTORY_UNREADABLE,
-    SLACK_REDACTED,
-    SLACK_REFUSED,
-    STOP_REASONS,
-    SlackPost,
-    SlackPostAdapter,
-    idempotency_key,
-    lane_key,
-)
+from .adapter import KIND, SlackPost, SlackPostAdapter, idempotency_key, lane_key
 from .domain import Entry, Redacted, SlackPersonData, aredact, parse_ref, redact, redact_steps
 from .enqueue import apost_turn, post_turn, post_turn_steps
 from .errors import TurnAlreadyPosted, UnknownEntry
 from .settings import SlackSettings
+from .slack_api import (
+    ERROR_REASONS,
+    EVENT_TYPE,
+    SLACK_HISTORY_UNREADABLE,
+    SLACK_REDACTED,
+    SLACK_REFUSED,
+    STOP_REASONS,
+)
 
 __all__ = [
     "ERROR_REASONS",

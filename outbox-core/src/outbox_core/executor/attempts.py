@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import tracing
 from ..adapter import ActionAdapter, egress_reset, egress_token
-from ..attempt import ActionAttempt, ClaimedAction
+from ..attempt import ActionAttempt
+from ..claimed import ClaimedAction
 from ..errors import AdapterContractError, InvalidRequest
 from ..observability import action_event, event
 from ..results import AdapterResult, Defer, StopReason

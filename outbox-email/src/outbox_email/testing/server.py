@@ -2,6 +2,10 @@
 demand like a real relay: refuse the connection, fail AUTH, reply 421/451/550 at any stage,
 drop the connection after receiving the content, or stall.
 
+Longer than 450 lines on purpose: one server, whose SMTP session (``_Smtpd``, ``_Greeting``) and
+fault switches (``reply``, ``drop``, ``stall``) share one table of rules that the switches fill and
+each stage takes from; split, each half would reach into the other's privates.
+
 It runs its own event loop in a thread, so it serves sync tests (``outbox_db.drain()``) and
 async tests alike. Needs ``aiosmtpd`` (the ``test`` extra of outbox-email).
 """

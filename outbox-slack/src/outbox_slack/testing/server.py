@@ -28,8 +28,8 @@ from typing import Any, Literal
 from outbox_core.testing.faults import Fault, FaultQueue, NewWrites, Outage
 from outbox_core.testing.loopback_http import Exchange, LoopbackHTTPServer, Received
 
-from ..adapter import EVENT_TYPE
 from ..settings import SlackSettings
+from ..slack_api import EVENT_TYPE
 from .conversations import (
     BOT_ID,
     BOT_USER,
