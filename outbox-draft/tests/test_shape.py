@@ -9,13 +9,3 @@ from outbox_core.testing.shape import PackageShape
 
 class TestShape(PackageShape):
     package = outbox_draft
-    awaiting = {
-        "circles": (
-            "testing.provider's conformance_target imports serve_draft from "
-            "testing/__init__ (house-servers rewrites conformance_target, issue 33)"
-        ),
-        "sizes": (
-            "testing/server.py (673 lines) is rebuilt on the core's loopback HTTP server by "
-            "house-servers (issue 33)"
-        ),
-    }

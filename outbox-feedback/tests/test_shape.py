@@ -9,9 +9,3 @@ from outbox_core.testing.shape import PackageShape
 
 class TestShape(PackageShape):
     package = outbox_feedback
-    awaiting = {
-        "circles": (
-            "testing.provider's conformance_target imports serve_feedback from "
-            "testing/__init__ (house-servers rewrites conformance_target, issue 33)"
-        ),
-    }

@@ -9,9 +9,3 @@ from outbox_core.testing.shape import PackageShape
 
 class TestShape(PackageShape):
     package = outbox_slack
-    awaiting = {
-        "sizes": (
-            "testing/server.py (717 lines) is rebuilt on the core's loopback HTTP server by "
-            "house-servers (issue 33)"
-        ),
-    }

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..adapter import DraftReportAdapter
-from .provider import DraftProvider, conformance_target
+from ..adapter import DRAFT_REPORT, DraftReportAdapter
+from .provider import DraftProvider
 from .server import API_KEY, CANNED, MODEL, Behaviour, ModelTestServer, Recorded
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
+    from outbox_core.testing.conformance import ConformanceTarget
 
 __all__ = [
     "API_KEY",
@@ -44,3 +45,12 @@ def serve_draft(
     the server's defaults, e.g. ``max_in_flight_total=1``). Returns the class now registered."""
     bound = DraftReportAdapter.bind(settings=server.settings(**settings))
     return db.replace_adapter(bound, distribution="outbox-draft")
+
+
+def conformance_target(db: OutboxTestDatabase, server: ModelTestServer) -> ConformanceTarget:
+    """The suite's target: ``DRAFT_REPORT`` in ``db`` served by ``server``."""
+    from outbox_core.testing.conformance import ConformanceTarget
+
+    serve_draft(db, server)
+    provider = DraftProvider(server)
+    return ConformanceTarget.of(db, DRAFT_REPORT, provider)

@@ -30,7 +30,7 @@ from .server import ModelTestServer
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
-    from outbox_core.testing.conformance import ConformanceTarget, Fault
+    from outbox_core.testing.conformance import Fault
 
 WORKSPACE = "ws-conformance"
 REPORTER = "acct-conformance"
@@ -89,14 +89,3 @@ class DraftProvider:
             payload={"report": report, "generation": 1},
             workspace_id=WORKSPACE,
         )
-
-
-def conformance_target(db: OutboxTestDatabase, server: ModelTestServer) -> ConformanceTarget:
-    """The suite's target: ``DRAFT_REPORT`` in ``db`` served by ``server``."""
-    from outbox_core.testing.conformance import ConformanceTarget
-
-    from . import serve_draft
-
-    serve_draft(db, server)
-    provider = DraftProvider(server)
-    return ConformanceTarget.of(db, DRAFT_REPORT, provider)

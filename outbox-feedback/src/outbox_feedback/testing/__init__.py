@@ -18,10 +18,11 @@ from outbox_issues.testing import GitHubTestServer, bind_kinds
 
 from ..adapter import ADAPTERS, FeedbackAdapter
 from ..copies import copy_marker
-from .provider import FeedbackProvider, conformance_target
+from .provider import FeedbackProvider
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
+    from outbox_core.testing.conformance import ConformanceTarget
     from outbox_issues.testing.server import StoredComment
 
 __all__ = ["FeedbackProvider", "conformance_target", "copies_on", "serve_feedback"]
@@ -56,3 +57,15 @@ def copies_on(
                 item = line[len(prefix) : -len(" -->")]
                 found.setdefault(item, []).append(comment)
     return found
+
+
+def conformance_target(
+    db: OutboxTestDatabase, server: GitHubTestServer, kind: str
+) -> ConformanceTarget:
+    """The suite's target for ``kind``: the three kinds in ``db`` served by ``server``, the
+    provider, and its request factory."""
+    from outbox_core.testing.conformance import ConformanceTarget
+
+    serve_feedback(db, server)
+    provider = FeedbackProvider(server, kind)
+    return ConformanceTarget.of(db, kind, provider)

@@ -31,7 +31,6 @@ from ..domain import VARIANT, lane, queries
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
-    from outbox_core.testing.conformance import ConformanceTarget
 
 WORKSPACE = "ws-conformance"
 AUTHOR = "acct-conformance"
@@ -137,17 +136,3 @@ class FeedbackProvider(IssuesProvider):
             + ".feedback SET delivered_revision = 1 WHERE feedback_id = %s",
             (feedback_id,),
         )
-
-
-def conformance_target(
-    db: OutboxTestDatabase, server: GitHubTestServer, kind: str
-) -> ConformanceTarget:
-    """The suite's target for ``kind``: the three kinds in ``db`` served by ``server``, the
-    provider, and its request factory."""
-    from outbox_core.testing.conformance import ConformanceTarget
-
-    from . import serve_feedback
-
-    serve_feedback(db, server)
-    provider = FeedbackProvider(server, kind)
-    return ConformanceTarget.of(db, kind, provider)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..adapter import ADAPTERS, TrackerAdapter
-from .provider import IssuesProvider, conformance_target
+from .provider import IssuesProvider
 from .server import (
     LOGIN,
     OTHER_LOGIN,
@@ -33,6 +33,7 @@ from .server import (
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
+    from outbox_core.testing.conformance import ConformanceTarget
 
 A = TypeVar("A", bound=TrackerAdapter)
 
@@ -71,3 +72,19 @@ def serve_issues(
     test's database talk to ``server`` (``settings`` override the server's defaults, e.g.
     ``listing_lag_seconds=0``). Returns the adapter classes now registered."""
     return bind_kinds(db, ADAPTERS, server.settings(**settings), "outbox-issues")
+
+
+def conformance_target(
+    db: OutboxTestDatabase, server: GitHubTestServer, kind: str
+) -> ConformanceTarget:
+    """The suite's target for ``kind``: the four kinds in ``db`` served by ``server`` (a
+    listing proves a write absent at once: the loopback tracker's listings do not lag unless
+    told to), the provider, and its request factory."""
+    from outbox_core.testing.conformance import ConformanceTarget
+
+    serve_issues(db, server, listing_lag_seconds=0.0)
+    provider = IssuesProvider(server, kind)
+    # What an operator's resolve --done names: an issue's URL, as a filing's read-back.
+    return ConformanceTarget.of(
+        db, kind, provider, resolved_ref=f"{server.base_url}/{PUBLIC}/issues/1"
+    )

@@ -36,7 +36,7 @@ from .server import PUBLIC, GitHubTestServer
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
-    from outbox_core.testing.conformance import ConformanceTarget, Fault
+    from outbox_core.testing.conformance import Fault
 
 WORKSPACE = "ws-conformance"
 REPORTER = "acct-conformance"
@@ -196,21 +196,3 @@ class IssuesProvider:
             },
         )
         return url
-
-
-def conformance_target(
-    db: OutboxTestDatabase, server: GitHubTestServer, kind: str
-) -> ConformanceTarget:
-    """The suite's target for ``kind``: the four kinds in ``db`` served by ``server`` (a
-    listing proves a write absent at once: the loopback tracker's listings do not lag unless
-    told to), the provider, and its request factory."""
-    from outbox_core.testing.conformance import ConformanceTarget
-
-    from . import serve_issues
-
-    serve_issues(db, server, listing_lag_seconds=0.0)
-    provider = IssuesProvider(server, kind)
-    # What an operator's resolve --done names: an issue's URL, as a filing's read-back.
-    return ConformanceTarget.of(
-        db, kind, provider, resolved_ref=f"{server.base_url}/{PUBLIC}/issues/1"
-    )
