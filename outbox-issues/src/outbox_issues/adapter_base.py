@@ -36,7 +36,15 @@ from .tracker import (
     Refused,
     TrackerError,
 )
-from .tracker_results import CONTENT_REFUSED, STOP_REASONS, refused_content, result_for
+from .tracker_results import (
+    CONTENT_REFUSED,
+    NO_FILING,
+    NOT_FILED,
+    STOP_REASONS,
+    UNKNOWN_REPORT,
+    refused_content,
+    result_for,
+)
 
 if TYPE_CHECKING:
     from .tracker import GitHubTracker
@@ -221,6 +229,19 @@ class TrackerAdapter(ConfiguredAdapter[IssuesSettings]):
         """The filing and the report, under the attempt's lease."""
         async with attempt.transaction() as conn:
             return await self._read(conn, report_id)
+
+    async def read_filed(
+        self, attempt: ActionAttempt, report_id: str
+    ) -> tuple[Facts, str, int] | Failed:
+        """The facts of a report whose issue is filed, with the issue's repository and number,
+        or the Failed that says why there is no issue to work on (no filing, or none filed
+        yet): what a publish and a transfer need."""
+        facts = await self.read(attempt, report_id)
+        if facts is None:
+            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
+        if facts.issue_number is None or facts.repository is None:
+            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
+        return facts, facts.repository, facts.issue_number
 
     async def _read(self, conn: AsyncConnection[Any], report_id: str) -> Facts | None:
         cursor = await conn.execute(self.queries["read_for_write"], {"report": report_id})

@@ -39,7 +39,7 @@ from .tracker import (
     NotSent,
     TrackerError,
 )
-from .tracker_results import NO_FILING, NOT_FILED, REPORT_ERASED, UNKNOWN_REPORT, listing_lag
+from .tracker_results import NO_FILING, REPORT_ERASED, UNKNOWN_REPORT, listing_lag
 
 
 class IssueContentCheck(TrackerAdapter):
@@ -176,11 +176,10 @@ class PublishReportAdapter(IssueContentCheck):
             return missing
         payload = cast(GenerationPayload, attempt.body)
         report_id = payload.report
-        facts = await self.read(attempt, report_id)
-        if facts is None:
-            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
-        if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
+        filed = await self.read_filed(attempt, report_id)
+        if isinstance(filed, Failed):
+            return filed
+        facts, repository, number = filed
         if not facts.report_exists:
             return Cancelled(REPORT_ERASED)
         content = content_of(
@@ -191,7 +190,7 @@ class PublishReportAdapter(IssueContentCheck):
         tracker = self.tracker()
         # Read first, every attempt: the issue already showing this content is Done.
         try:
-            issue = await tracker.get_issue(facts.repository, facts.issue_number)
+            issue = await tracker.get_issue(repository, number)
         except TrackerError as error:
             return self.failure(attempt, error)
         if markers.has_marker(issue.body, marker):

@@ -38,7 +38,7 @@ from .tracker import (
     Refused,
     TrackerError,
 )
-from .tracker_results import GRAPHQL_REASONS, NO_FILING, NOT_FILED, UNKNOWN_REPORT, listing_lag
+from .tracker_results import GRAPHQL_REASONS, listing_lag
 
 DELETED, SCRUBBED = "#deleted", "#scrubbed"
 
@@ -67,18 +67,17 @@ class TransferIssueAdapter(TrackerAdapter):
             return missing
         target = cast(str, self.settings.private_repository)
         report_id = cast(ReportPayload, attempt.body).report
-        facts = await self.read(attempt, report_id)
-        if facts is None:
-            return Failed(UNKNOWN_REPORT, detail=NO_FILING)
-        if facts.issue_number is None or facts.repository is None:
-            return Failed(NOT_FILED, detail=f"the filing is {facts.state}: no issue yet")
+        filed = await self.read_filed(attempt, report_id)
+        if isinstance(filed, Failed):
+            return filed
+        facts, at, number = filed
         if facts.repository == target and facts.issue_url is not None:
             return Done(facts.issue_url)
         tracker = self.tracker()
         try:
             node_id = facts.issue_node_id
             if node_id is None:
-                node_id = (await tracker.get_issue(facts.repository, facts.issue_number)).node_id
+                node_id = (await tracker.get_issue(at, number)).node_id
                 async with attempt.transaction() as conn:
                     await conn.execute(
                         self.queries["set_node_id"], {"report": report_id, "node_id": node_id}

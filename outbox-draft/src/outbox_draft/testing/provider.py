@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from outbox_core import ActionRequest
 from outbox_issues.domain import lane, queries
+from outbox_issues.testing.provider import WORKSPACE, store_report
 
 from ..adapter import DRAFT_REPORT
 from .server import ModelTestServer
@@ -31,9 +32,6 @@ from .server import ModelTestServer
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
     from outbox_core.testing.conformance import Fault
-
-WORKSPACE = "ws-conformance"
-REPORTER = "acct-conformance"
 
 
 class DraftProvider:
@@ -71,17 +69,14 @@ class DraftProvider:
         """A valid ``DRAFT_REPORT`` with idempotency key ``key``, for a report of its own whose
         id holds ``canary`` (stored with its filing first, committed)."""
         report = f"{canary}.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-        sql = queries(db.schema)
-        params = {
-            "report": report,
-            "workspace": WORKSPACE,
-            "reporter": REPORTER,
-            "title": f"Conformance report {canary}",
-            "text": f"The export does nothing ({report}).",
-        }
         with db.connect() as conn:
-            if conn.execute(sql["insert_report"], params).fetchone() is not None:
-                conn.execute(sql["insert_filing"], params)
+            store_report(
+                conn,
+                queries(db.schema),
+                report,
+                f"Conformance report {canary}",
+                f"The export does nothing ({report}).",
+            )
         return ActionRequest(
             kind=DRAFT_REPORT,
             lane_key=lane(report),

@@ -18,18 +18,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..adapter import ADAPTERS, TrackerAdapter
+from . import server
 from .provider import IssuesProvider
-from .server import (
-    LOGIN,
-    OTHER_LOGIN,
-    PRIVATE,
-    PUBLIC,
-    TOKEN,
-    Fault,
-    GitHubTestServer,
-    StoredIssue,
-    Write,
-)
+from .server import *  # noqa: F403 (the names of server.__all__)
+from .server import PUBLIC, GitHubTestServer
 
 if TYPE_CHECKING:
     from outbox_core.testing import OutboxTestDatabase
@@ -37,21 +29,9 @@ if TYPE_CHECKING:
 
 A = TypeVar("A", bound=TrackerAdapter)
 
-__all__ = [
-    "LOGIN",
-    "OTHER_LOGIN",
-    "PRIVATE",
-    "PUBLIC",
-    "TOKEN",
-    "Fault",
-    "GitHubTestServer",
-    "IssuesProvider",
-    "StoredIssue",
-    "Write",
-    "bind_kinds",
-    "conformance_target",
-    "serve_issues",
-]
+# The fake's own names are listed once, in server.__all__; this module adds its helpers.
+__all__ = ["IssuesProvider", "bind_kinds", "conformance_target", "serve_issues"]
+__all__ += server.__all__
 
 
 def bind_kinds(

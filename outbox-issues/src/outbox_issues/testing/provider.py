@@ -40,6 +40,27 @@ if TYPE_CHECKING:
 
 WORKSPACE = "ws-conformance"
 REPORTER = "acct-conformance"
+
+
+def store_report(
+    conn: Connection[Any], sql: Mapping[str, str], report: str, title: str, text: str
+) -> bool:
+    """Store a conformance report of the workspace and reporter above and its filing (the
+    report's id is ``report``); False when a report of that id was stored already. The
+    conformance providers of outbox-issues and outbox-draft make their reports with it."""
+    params = {
+        "report": report,
+        "workspace": WORKSPACE,
+        "reporter": REPORTER,
+        "title": title,
+        "text": text,
+    }
+    if conn.execute(sql["insert_report"], params).fetchone() is None:
+        return False
+    conn.execute(sql["insert_filing"], params)
+    return True
+
+
 WRITES = {
     FILE_ISSUE: "create_issue",
     PUBLISH_REPORT: "update_issue",
@@ -139,16 +160,8 @@ class IssuesProvider:
         title = f"Conformance report {canary}"
         text = f"The export does nothing ({canary})."
         sql = queries(db.schema)
-        params = {
-            "report": report,
-            "workspace": WORKSPACE,
-            "reporter": REPORTER,
-            "title": title,
-            "text": text,
-        }
         with db.connect() as conn:
-            if conn.execute(sql["insert_report"], params).fetchone() is not None:
-                conn.execute(sql["insert_filing"], params)
+            if store_report(conn, sql, report, title, text):
                 url = (
                     self._file(conn, sql, report, title, text) if self.kind != FILE_ISSUE else None
                 )
