@@ -32,6 +32,9 @@ def db(outbox_db: OutboxTestDatabase) -> OutboxTestDatabase:
     ):
         outbox_db.register_kind(adapter)
     ScriptedAdapter.script = None
+    # A test may set a script on the subclass itself: each test starts with it inherited again.
+    if "script" in vars(AtMostOnceAdapter):
+        del AtMostOnceAdapter.script
     ScriptedAdapter.calls = []
     ScriptedAdapter.endings = []
     AtMostOnceAdapter.calls = []

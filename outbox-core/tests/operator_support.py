@@ -15,7 +15,7 @@ from outbox_core import (
 )
 from outbox_core.testing import OutboxTestDatabase
 
-from .kinds import AtMostOnceAdapter, ScriptedAdapter
+from .kinds import ScriptedAdapter
 
 
 async def fence_then_uncertain(attempt: ActionAttempt) -> AdapterResult:
@@ -44,8 +44,7 @@ async def ended_by_executor(
     subject: str | None = None,
 ) -> int:
     """An action of ``kind`` enqueued and run once by an executor with ``script``."""
-    # Set on each scripted class: a test elsewhere may have set one on the subclass itself.
-    ScriptedAdapter.script = AtMostOnceAdapter.script = script
+    ScriptedAdapter.script = script
     with db.connect() as conn:
         request = ActionRequest(
             kind,

@@ -111,6 +111,9 @@ COMMANDS = {
     "run-now": ["run-now", "1"],
     "dashboard": ["dashboard"],
     "quickstart": ["quickstart", "--yes"],
+    "actions": ["actions"],
+    "resolve": ["resolve", "1", "--not-done", "--reason", "checked"],
+    "retry": ["retry", "1", "--reason", "checked"],
 }
 
 
