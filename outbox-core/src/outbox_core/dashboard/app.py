@@ -28,6 +28,7 @@ from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
+from .operator_routes import operator_route
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -55,9 +56,12 @@ SEARCH_FIELDS = {
 }
 
 
-def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> Starlette:
+def create_app(
+    outbox: Outbox, conninfo: str, *, token: str | None = None, user: str | None = None
+) -> Starlette:
     """The dashboard of ``outbox``'s database at ``conninfo``. With ``token``, every request
-    must carry it (``?token=`` once, which sets a cookie; or ``Authorization: Bearer``)."""
+    must carry it (``?token=`` once, which sets a cookie; or ``Authorization: Bearer``).
+    ``user`` is the actor of the operator's changes in their audit rows (else "dashboard")."""
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     # Every form carries this process's key: a page of another site cannot post to the
     # dashboard on the operator's behalf (the browser sends it no cookie either: SameSite).
@@ -181,7 +185,9 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             return outbox.get(conn, action_id)
 
-    async def action_page(request: Request) -> Response:
+    async def action_page(
+        request: Request, *, notice: str | None = None, status: int = 200, ok: bool = True
+    ) -> Response:
         if not authorized(request):
             return refused()
         action_id = request.path_params["action_id"]
@@ -191,9 +197,14 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
             return PlainTextResponse(database_down(exc, conninfo), status_code=503)
         if action is None:
             return PlainTextResponse(f"no action {action_id}", status_code=404)
-        return templates.TemplateResponse(
-            request, "action.html", {"action": action.as_dict(), "id": action_id}
-        )
+        context = {
+            "action": action.as_dict(),
+            "id": action_id,
+            "form_key": form_key,
+            "notice": notice,
+            "ok": ok,
+        }
+        return templates.TemplateResponse(request, "action.html", context, status_code=status)
 
     async def events(request: Request) -> Response:
         if not authorized(request):
@@ -211,6 +222,14 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         Route("/search", search, name="search"),
         Route("/action/{action_id:int}", action_page, name="action"),
         Route("/actions/{operation:str}", operate, methods=["POST"], name="operate"),
+        Route(
+            "/action/{action_id:int}/{operation:str}",
+            operator_route(
+                outbox, conninfo, form_key, user or "dashboard", authorized, refused, action_page
+            ),
+            methods=["POST"],
+            name="operator",
+        ),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes)
