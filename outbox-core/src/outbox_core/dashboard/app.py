@@ -10,7 +10,6 @@ import secrets
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl
 
 import psycopg
 from psycopg import sql
@@ -28,7 +27,7 @@ from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
-from .operator_routes import operator_route
+from .operator_routes import STALE_FORM, operator_route, posted_form
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -124,10 +123,9 @@ def create_app(
     async def operate(request: Request) -> Response:
         if not authorized(request):
             return refused()
-        # The two small fields of an urlencoded form (python-multipart is not needed for them).
-        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-        if not hmac.compare_digest(form.get("form_key", "").encode(), form_key.encode()):
-            return PlainTextResponse("stale or foreign form: reload the dashboard", 403)
+        form = await posted_form(request, form_key)
+        if form is None:
+            return STALE_FORM()
         raw = form.get("action_id", "").strip()
         if not raw.isdigit() or int(raw) < 1:
             return await render(

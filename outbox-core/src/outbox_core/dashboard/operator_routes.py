@@ -21,6 +21,20 @@ from ..outbox import Outbox
 # The operations a form may name.
 OPERATIONS = ("resolve-done", "resolve-absent", "resolve-retry", "retry")
 
+
+def STALE_FORM() -> Response:  # noqa: N802 (a fixed answer)
+    return PlainTextResponse("stale or foreign form: reload the dashboard", 403)
+
+
+async def posted_form(request: Request, form_key: str) -> dict[str, str] | None:
+    """The small fields of an urlencoded form (python-multipart is not needed for them), or
+    None when it does not carry this process's ``form_key``."""
+    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+    if not hmac.compare_digest(form.get("form_key", "").encode(), form_key.encode()):
+        return None
+    return form
+
+
 ActionPage = Callable[..., Awaitable[Response]]
 
 
@@ -39,9 +53,9 @@ def operator_route(
     async def operate(request: Request) -> Response:
         if not authorized(request):
             return refused()
-        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-        if not hmac.compare_digest(form.get("form_key", "").encode(), form_key.encode()):
-            return PlainTextResponse("stale or foreign form: reload the dashboard", 403)
+        form = await posted_form(request, form_key)
+        if form is None:
+            return STALE_FORM()
         action_id: int = request.path_params["action_id"]
         operation: str = request.path_params["operation"]
         if operation not in OPERATIONS:
