@@ -10,7 +10,6 @@ import secrets
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl
 
 import psycopg
 from psycopg import sql
@@ -28,6 +27,7 @@ from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
+from .operator_routes import STALE_FORM, operator_route, posted_form
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -55,9 +55,12 @@ SEARCH_FIELDS = {
 }
 
 
-def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> Starlette:
+def create_app(
+    outbox: Outbox, conninfo: str, *, token: str | None = None, user: str | None = None
+) -> Starlette:
     """The dashboard of ``outbox``'s database at ``conninfo``. With ``token``, every request
-    must carry it (``?token=`` once, which sets a cookie; or ``Authorization: Bearer``)."""
+    must carry it (``?token=`` once, which sets a cookie; or ``Authorization: Bearer``).
+    ``user`` is the actor of the operator's changes in their audit rows (else "dashboard")."""
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     # Every form carries this process's key: a page of another site cannot post to the
     # dashboard on the operator's behalf (the browser sends it no cookie either: SameSite).
@@ -120,10 +123,9 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
     async def operate(request: Request) -> Response:
         if not authorized(request):
             return refused()
-        # The two small fields of an urlencoded form (python-multipart is not needed for them).
-        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-        if not hmac.compare_digest(form.get("form_key", "").encode(), form_key.encode()):
-            return PlainTextResponse("stale or foreign form: reload the dashboard", 403)
+        form = await posted_form(request, form_key)
+        if form is None:
+            return STALE_FORM()
         raw = form.get("action_id", "").strip()
         if not raw.isdigit() or int(raw) < 1:
             return await render(
@@ -181,7 +183,9 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             return outbox.get(conn, action_id)
 
-    async def action_page(request: Request) -> Response:
+    async def action_page(
+        request: Request, *, notice: str | None = None, status: int = 200, ok: bool = True
+    ) -> Response:
         if not authorized(request):
             return refused()
         action_id = request.path_params["action_id"]
@@ -191,9 +195,14 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
             return PlainTextResponse(database_down(exc, conninfo), status_code=503)
         if action is None:
             return PlainTextResponse(f"no action {action_id}", status_code=404)
-        return templates.TemplateResponse(
-            request, "action.html", {"action": action.as_dict(), "id": action_id}
-        )
+        context = {
+            "action": action.as_dict(),
+            "id": action_id,
+            "form_key": form_key,
+            "notice": notice,
+            "ok": ok,
+        }
+        return templates.TemplateResponse(request, "action.html", context, status_code=status)
 
     async def events(request: Request) -> Response:
         if not authorized(request):
@@ -211,6 +220,14 @@ def create_app(outbox: Outbox, conninfo: str, *, token: str | None = None) -> St
         Route("/search", search, name="search"),
         Route("/action/{action_id:int}", action_page, name="action"),
         Route("/actions/{operation:str}", operate, methods=["POST"], name="operate"),
+        Route(
+            "/action/{action_id:int}/{operation:str}",
+            operator_route(
+                outbox, conninfo, form_key, user or "dashboard", authorized, refused, action_page
+            ),
+            methods=["POST"],
+            name="operator",
+        ),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes)
