@@ -1,6 +1,7 @@
 """The dashboard in a real browser (headless Chromium from the system's packages, driven by
 Selenium with its driver manager off): each panel shows the right counts, a cancel works and a
-cancel of a started action shows the refusal, the page updates live, and the token is
+cancel of a started action shows the refusal, an UNCERTAIN action is resolved from its page,
+the page updates live, and the token is
 required when one is configured."""
 
 from __future__ import annotations
@@ -230,3 +231,25 @@ def test_at_1400_px_the_since_and_ended_columns_are_not_clipped(
             assert len(shown.strip()) == len("2026-12-02 14:44:23"), (panel, shown)
     finally:
         browser.set_window_size(1280, 1500)
+
+
+def test_an_uncertain_action_is_resolved_not_done_from_its_page(
+    browser: WebDriver, served: Served, seeded: Seeded, db: OutboxTestDatabase
+) -> None:
+    browser.get(f"{served.url}action/{seeded.uncertain}")
+    form = browser.find_element(By.ID, "resolve-absent")
+    form.find_element(By.NAME, "reason").send_keys("not in the provider's log")
+    form.find_element(By.TAG_NAME, "button").click()
+    wait_for(browser, "the resolution's notice", lambda: browser.find_elements(By.ID, "notice"))
+    assert "refused" not in str(browser.find_element(By.ID, "notice").get_attribute("class"))
+    assert db.scalar(
+        "SELECT state || ' ' || stop_reason FROM {schema}.agent_action WHERE id = %s",
+        (seeded.uncertain,),
+    ) == ("FAILED RESOLVED_ABSENT")
+    assert db.scalar(
+        "SELECT surface || '/' || reason FROM {schema}.action_audit WHERE action_id = %s",
+        (seeded.uncertain,),
+    ) == ("dashboard/not in the provider's log")
+    # The action is no longer UNCERTAIN: its page offers no resolution, and a retry instead.
+    assert not browser.find_elements(By.ID, "resolve-absent")
+    assert browser.find_elements(By.ID, "retry")
