@@ -1,8 +1,7 @@
 """The dashboard in a real browser (headless Chromium from the system's packages, driven by
 Selenium with its driver manager off): each panel shows the right counts, a cancel works and a
 cancel of a started action shows the refusal, an UNCERTAIN action is resolved from its page,
-the page updates live, and the token is
-required when one is configured."""
+the page updates live, and the token is required when one is configured."""
 
 from __future__ import annotations
 
