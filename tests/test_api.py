@@ -16,13 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 API_PAGE = REPO / "docs" / "api.md"
 PUBLIC_MODULES = {
     "outbox_core",
+    "outbox_core.http_headers",
+    "outbox_core.http_results",
+    "outbox_core.http_settings",
     "outbox_core.integrations",
     "outbox_core.integrations.django",
     "outbox_core.integrations.sqlalchemy",
     "outbox_core.steps",
     "outbox_core.testing",
     "outbox_core.testing.conformance",
+    "outbox_core.testing.faults",
+    "outbox_core.testing.loopback_http",
     "outbox_core.testing.pgproxy",
+    "outbox_core.testing.plugin_listed",
     "outbox_core.testing.shape",
 }
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)

@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 
+__all__ = ["provider_clock", "reset_wait", "retry_after"]
+
 
 def provider_clock(date: str | None) -> float:
     """The provider's time (Unix seconds) from an answer's ``Date`` header, else this host's."""

@@ -34,6 +34,8 @@ from datetime import timedelta
 
 from .results import AdapterResult, Defer, Failed, Reread, Retry, StopReason
 
+__all__ = ["DEFAULT_LIMIT_WAIT", "HttpFailure", "Proof", "http_result"]
+
 DEFAULT_LIMIT_WAIT = timedelta(minutes=1)
 """A rate limit's wait when the provider names none."""
 

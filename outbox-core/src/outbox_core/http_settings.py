@@ -24,6 +24,8 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
 from .settings_section import SectionSettings
 
+__all__ = ["HttpProviderSettings", "bearer", "http_url"]
+
 
 def http_url(value: str, expected: str = "an http(s) URL such as https://api.example.com") -> str:
     """``value`` without its trailing ``/`` when it is an http(s) URL with a host; else a

@@ -21,6 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+__all__ = ["Fault", "FaultQueue", "NewWrites", "Outage", "retry_after"]
+
 T = TypeVar("T")
 
 

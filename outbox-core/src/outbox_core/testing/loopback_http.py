@@ -36,6 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
+__all__ = ["JSON", "Answer", "Exchange", "Gate", "LoopbackHTTPServer", "Received"]
+
 JSON = "application/json"
 
 

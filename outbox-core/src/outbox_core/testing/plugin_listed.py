@@ -32,6 +32,8 @@ import pytest
 from ..plugins import build_host
 from .database import OutboxTestDatabase
 
+__all__ = ["PROBE", "PluginListed", "plugin_listed_first"]
+
 PROBE = """
 import sys
 sys.argv = ["outbox", "plugins"]
