@@ -27,7 +27,7 @@ from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
-from .operator_routes import STALE_FORM, operator_route, posted_form
+from .operator_routes import authorized_form, operator_route
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -121,11 +121,9 @@ def create_app(
         return await render(request, "panels.html")
 
     async def operate(request: Request) -> Response:
-        if not authorized(request):
-            return refused()
-        form = await posted_form(request, form_key)
-        if form is None:
-            return STALE_FORM()
+        form = await authorized_form(request, form_key, authorized, refused)
+        if isinstance(form, Response):
+            return form
         raw = form.get("action_id", "").strip()
         if not raw.isdigit() or int(raw) < 1:
             return await render(

@@ -35,6 +35,20 @@ async def posted_form(request: Request, form_key: str) -> dict[str, str] | None:
     return form
 
 
+async def authorized_form(
+    request: Request,
+    form_key: str,
+    authorized: Callable[[Request], bool],
+    refused: Callable[[], Response],
+) -> dict[str, str] | Response:
+    """The posted form of an allowed request, or the answer that refuses it (no token, a
+    stale or foreign form): every POST of the dashboard starts here."""
+    if not authorized(request):
+        return refused()
+    form = await posted_form(request, form_key)
+    return STALE_FORM() if form is None else form
+
+
 ActionPage = Callable[..., Awaitable[Response]]
 
 
@@ -51,11 +65,9 @@ def operator_route(
     again with a notice."""
 
     async def operate(request: Request) -> Response:
-        if not authorized(request):
-            return refused()
-        form = await posted_form(request, form_key)
-        if form is None:
-            return STALE_FORM()
+        form = await authorized_form(request, form_key, authorized, refused)
+        if isinstance(form, Response):
+            return form
         action_id: int = request.path_params["action_id"]
         operation: str = request.path_params["operation"]
         if operation not in OPERATIONS:
