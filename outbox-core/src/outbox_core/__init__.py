@@ -56,7 +56,7 @@ from .results import (
     StopReason,
     Uncertain,
 )
-from .search import ActionFilter, Page, afind_actions, find_actions
+from .search import ActionFilter, Page, afind_actions, amatching_ids, find_actions
 from .settings import OutboxSettings
 from .settings_section import SectionSettings
 from .sqlfiles import package_queries
@@ -124,6 +124,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "afind_actions",
+    "amatching_ids",
     "build_host",
     "change_many",
     "collect_status",

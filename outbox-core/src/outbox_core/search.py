@@ -245,6 +245,27 @@ async def afind_actions(
     return await arun(conn, find_steps(outbox, action_filter, limit, cursor))
 
 
+async def amatching_ids(
+    conn: AsyncConnection[Any], outbox: Outbox, action_filter: ActionFilter, bound: int
+) -> list[int]:
+    """The ids of the actions that ``action_filter`` matches, newest first: every one of them,
+    or ``bound + 1`` when more than ``bound`` match (so that the caller can refuse instead of
+    acting on a part). Page after page of :func:`afind_actions` at :data:`MAX_LIMIT`, so each
+    statement stays bounded; a filter that names no indexed field reads the table window by
+    window until it has its ids or reaches the end."""
+    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+        raise InvalidFilter("bound", f"{bound!r} is not a number of actions from 1")
+    ids: list[int] = []
+    cursor: str | None = None
+    while len(ids) <= bound:
+        page = await afind_actions(conn, outbox, action_filter, MAX_LIMIT, cursor)
+        ids.extend(action.id for action in page.actions)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    return ids[: bound + 1]
+
+
 def encode_cursor(before: int, fingerprint: str) -> str:
     """The opaque cursor of the page that starts below ``before`` under a filter."""
     raw = json.dumps([before, fingerprint], separators=(",", ":")).encode()

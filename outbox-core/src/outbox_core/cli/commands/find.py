@@ -1,11 +1,13 @@
 """Finding actions: `outbox actions` with the filters of :class:`outbox_core.search.ActionFilter`
-as options, one bounded page at a time, as a table of 80 columns or as JSON."""
+as options, one bounded page at a time, as a table of 80 columns or as JSON. The filter's
+options live here once; the bulk forms of `outbox resolve` and `outbox retry` take them too."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -47,25 +49,73 @@ _COLUMNS = (("ID", 9), ("STATE", 9), ("KIND", 14), ("LANE", 16), ("CREATED (UTC)
 _WIDTH = 80
 
 
-@command("actions")
-@click.option("--kind", metavar="KIND", help="the action's kind (EMAIL)")
-@click.option(
-    "--state",
-    "states",
-    multiple=True,
-    metavar="STATE",
-    help="its state; repeat it or separate with commas for any of several (FAILED,UNCERTAIN)",
+# The filter's options, shared by `outbox actions` and the bulk forms of resolve and retry.
+_FILTER_OPTIONS = (
+    click.option("--kind", metavar="KIND", help="the action's kind (EMAIL)"),
+    click.option(
+        "--state",
+        "states",
+        multiple=True,
+        metavar="STATE",
+        help="its state; repeat it or separate with commas for any of several (FAILED,UNCERTAIN)",
+    ),
+    click.option("--stop-reason", metavar="REASON", help="how it ended (ATTEMPTS_EXHAUSTED)"),
+    click.option("--lane", metavar="LANE", help="its lane key"),
+    click.option("--key", metavar="KEY", help="its idempotency key, exactly"),
+    click.option("--key-prefix", metavar="PREFIX", help="the start of its idempotency key"),
+    click.option("--subject", metavar="ACCOUNT_ID", help="the account it is addressed to"),
+    click.option("--workspace", metavar="WORKSPACE_ID", help="its workspace"),
+    click.option("--since", metavar="TIME", help="made at or after (2026-12-03T10:00:00Z)"),
+    click.option("--until", metavar="TIME", help="made before"),
+    click.option("--ended-since", metavar="TIME", help="ended at or after"),
+    click.option("--ended-until", metavar="TIME", help="ended before"),
 )
-@click.option("--stop-reason", metavar="REASON", help="how it ended (ATTEMPTS_EXHAUSTED)")
-@click.option("--lane", metavar="LANE", help="its lane key")
-@click.option("--key", metavar="KEY", help="its idempotency key, exactly")
-@click.option("--key-prefix", metavar="PREFIX", help="the start of its idempotency key")
-@click.option("--subject", metavar="ACCOUNT_ID", help="the account it is addressed to")
-@click.option("--workspace", metavar="WORKSPACE_ID", help="its workspace")
-@click.option("--since", metavar="TIME", help="made at or after (2026-12-03T10:00:00Z)")
-@click.option("--until", metavar="TIME", help="made before")
-@click.option("--ended-since", metavar="TIME", help="ended at or after")
-@click.option("--ended-until", metavar="TIME", help="ended before")
+# The names click gives the filter's options' values.
+FILTER_FIELDS = (
+    "kind",
+    "states",
+    "stop_reason",
+    "lane",
+    "key",
+    "key_prefix",
+    "subject",
+    "workspace",
+    "since",
+    "until",
+    "ended_since",
+    "ended_until",
+)
+
+
+def filter_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the search's filter options (--kind ... --ended-until) to a command."""
+    for option in reversed(_FILTER_OPTIONS):
+        function = option(function)
+    return function
+
+
+def filter_given(fields: dict[str, Any]) -> bool:
+    """Whether any filter option was given."""
+    return any(fields.get(name) not in (None, ()) for name in FILTER_FIELDS)
+
+
+def filter_of(fields: dict[str, Any]) -> ActionFilter:
+    """The :class:`ActionFilter` of the filter options' values; a wrong one is a usage error
+    naming its option."""
+    try:
+        return _filter(fields)
+    except InvalidFilter as exc:
+        refuse_filter(exc)
+
+
+def refuse_filter(exc: InvalidFilter) -> NoReturn:
+    """The one-line usage error for a wrong filter field, named by its option."""
+    message = str(exc).removeprefix(f"{exc.field}: ")
+    fail(f"{OPTIONS.get(exc.field, exc.field)}: {message}", EXIT_USAGE)
+
+
+@command("actions")
+@filter_options
 @click.option(
     "--limit", metavar="N", default=str(DEFAULT_LIMIT), help=f"actions a page (1 to {MAX_LIMIT})"
 )
@@ -76,14 +126,13 @@ def actions(state: State, as_json: bool, limit: str, cursor: str | None, **field
     window of candidates; when the filter names no indexed field (kind, lane, key, key prefix,
     subject, workspace) a page may say "more may match" before it is full: narrow the filter or
     go on with the cursor it prints."""
+    action_filter = filter_of(fields)
     try:
-        action_filter = _filter(fields)
         size = parse_limit(limit)
         with connected(state.require_url()) as conn:
             page = find_actions(conn, state.outbox(), action_filter, size, cursor)
     except InvalidFilter as exc:
-        message = str(exc).removeprefix(f"{exc.field}: ")
-        fail(f"{OPTIONS.get(exc.field, exc.field)}: {message}", EXIT_USAGE)
+        refuse_filter(exc)
     if as_json:
         click.echo(json.dumps(page.as_dict(), indent=2))
     else:

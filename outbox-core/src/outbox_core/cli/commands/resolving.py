@@ -1,10 +1,12 @@
 """The operator's decisions about ended actions: `outbox resolve` an UNCERTAIN action (done,
 not done, read back again) and `outbox retry` a FAILED or CANCELLED one. Both audited (who,
-why, from the CLI), both for many ids at once, with a confirmation for more than one."""
+why, from the CLI), both for many actions at once, named by id or chosen by the filters of
+`outbox actions`, with a confirmation for more than one."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import getpass
 import sys
 from collections.abc import Callable, Sequence
@@ -15,15 +17,28 @@ import click
 from ..database import aconnected
 from ..group import ACTION_ID, State, command
 from ..guard import EXIT_FAILURE, EXIT_USAGE, fail
+from .find import filter_given, filter_of, filter_options
+
+# The most actions a filter may choose unless --max says more.
+DEFAULT_MAX = 1000
 
 BY_HELP = "who decides, kept in the audit (default: your OS user name)"
 REASON_HELP = "why, kept in the action's audit (required)"
 
 
 def _decision_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The options resolve and retry share: --reason, --by, --dry-run, --yes."""
+    """The options resolve and retry share: the ids or the filter's options (with --max), and
+    --reason, --by, --dry-run, --yes."""
+    function = filter_options(function)
     for option in reversed(
         (
+            click.option(
+                "--max",
+                "most",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help=f"with a filter: refuse if more than N actions match (default {DEFAULT_MAX})",
+            ),
             click.option("--reason", required=True, metavar="TEXT", help=REASON_HELP),
             click.option("--by", metavar="NAME", help=BY_HELP),
             click.option("--dry-run", is_flag=True, help="show what would change; change nothing"),
@@ -42,6 +57,54 @@ def _confirmed(count: int, what: str, yes: bool) -> None:
         fail(f"{what} {count} actions: pass --yes to confirm without a terminal", EXIT_USAGE)
     if not click.confirm(f"{what} {count} actions?", default=False):
         fail("nothing was changed", EXIT_FAILURE)
+
+
+def _chosen(
+    state: State,
+    action_ids: Sequence[int],
+    fields: dict[str, Any],
+    most: int | None,
+    states: tuple[str, ...],
+) -> list[int]:
+    """The ids named, or those the filter options choose among ``states`` (at most ``most``);
+    a usage error for both or neither, and one line, exit 1, when none or too many match."""
+    from ...search import amatching_ids
+
+    given = filter_given(fields)
+    if action_ids and given:
+        fail("name the actions by id or by a filter, not both", EXIT_USAGE)
+    if most is not None and not given:
+        fail("--max goes with a filter", EXIT_USAGE)
+    if action_ids:
+        return list(action_ids)
+    if not given:
+        fail(
+            "name the actions: ids, or a filter as `outbox actions` takes (--kind, --lane, "
+            "--state, ...)",
+            EXIT_USAGE,
+        )
+    action_filter = filter_of(fields)
+    chosen = tuple(str(one) for one in action_filter.states)
+    if any(one not in states for one in chosen):
+        fail(f"--state: this command acts on {' or '.join(states)} actions only", EXIT_USAGE)
+    action_filter = dataclasses.replace(action_filter, states=chosen or states)
+    bound = most if most is not None else DEFAULT_MAX
+    url = state.require_url()
+    outbox = state.outbox()
+
+    async def select() -> list[int]:
+        async with aconnected(url) as conn:
+            return await amatching_ids(conn, outbox, action_filter, bound)
+
+    ids = asyncio.run(select())
+    if not ids:
+        fail(f"no {' or '.join(states)} action matches the filter: nothing was changed")
+    if len(ids) > bound:
+        fail(
+            f"more than {bound} actions match the filter: nothing was changed (narrow it, or "
+            "raise --max)"
+        )
+    return ids
 
 
 def _run(
@@ -85,7 +148,7 @@ def _report(plan: Any, dry_run: bool) -> None:
 
 
 @command()
-@click.argument("action_ids", nargs=-1, required=True, type=ACTION_ID, metavar="ID [ID...]")
+@click.argument("action_ids", nargs=-1, type=ACTION_ID, metavar="[ID...]")
 @click.option("--done", "done", is_flag=True, help="the effect exists (give --ref)")
 @click.option("--ref", metavar="REF", help="the provider's reference of the effect found")
 @click.option(
@@ -109,12 +172,15 @@ def resolve(
     by: str | None,
     dry_run: bool,
     yes: bool,
+    most: int | None,
+    **fields: Any,
 ) -> None:
     """Decide an UNCERTAIN action after checking the provider: --done --ref REF (the effect
     exists: DONE, RESOLVED_DONE), --not-done (it does not: FAILED, RESOLVED_ABSENT; then
     `outbox retry` may run it again) or --retry (a read-back kind reads back again; never a
-    blind write). The kind's `ended` runs for --done and --not-done. docs/operations.md,
-    "An action is UNCERTAIN", says how to check each kind."""
+    blind write). The kind's `ended` runs for --done and --not-done. Name the actions by id, or
+    choose the UNCERTAIN ones by the filters of `outbox actions` (--dry-run shows them first).
+    docs/operations.md, "An action is UNCERTAIN", says how to check each kind."""
     from ...operator_changes import Resolution
 
     chosen = [
@@ -131,14 +197,20 @@ def resolve(
     if done and len(action_ids) > 1:
         fail("--done --ref names one effect: resolve one action at a time", EXIT_USAGE)
     how = Resolution.DONE if done else Resolution.ABSENT if not_done else Resolution.READ_BACK
+    ids = _chosen(state, action_ids, fields, most, ("UNCERTAIN",))
+    if done and len(ids) > 1:
+        fail(
+            f"--done --ref names one effect, and the filter matches {len(ids)} actions: resolve "
+            "one action at a time"
+        )
     if not dry_run:
-        _confirmed(len(set(action_ids)), "resolve", yes)
-    plan = _run(state, action_ids, how, reason, by or getpass.getuser(), ref, dry_run)
+        _confirmed(len(set(ids)), "resolve", yes)
+    plan = _run(state, ids, how, reason, by or getpass.getuser(), ref, dry_run)
     _report(plan, dry_run)
 
 
 @command()
-@click.argument("action_ids", nargs=-1, required=True, type=ACTION_ID, metavar="ID [ID...]")
+@click.argument("action_ids", nargs=-1, type=ACTION_ID, metavar="[ID...]")
 @_decision_options
 def retry(
     state: State,
@@ -147,14 +219,18 @@ def retry(
     by: str | None,
     dry_run: bool,
     yes: bool,
+    most: int | None,
+    **fields: Any,
 ) -> None:
     """Run a FAILED or CANCELLED action again: a new action with the same kind, payload, lane
     and subject, key <key>#retry-<n>, linked to the old one in the audit. Refused for an
     UNCERTAIN action (resolve it first), for an at-most-once kind whose write started, and
-    once retention or an erasure took the payload."""
+    once retention or an erasure took the payload. Name the actions by id, or choose FAILED and
+    CANCELLED ones by the filters of `outbox actions` (--dry-run shows them first)."""
     from ...operator_changes import Resolution
 
+    ids = _chosen(state, action_ids, fields, most, ("FAILED", "CANCELLED"))
     if not dry_run:
-        _confirmed(len(set(action_ids)), "run again", yes)
-    plan = _run(state, action_ids, Resolution.RETRY, reason, by or getpass.getuser(), None, dry_run)
+        _confirmed(len(set(ids)), "run again", yes)
+    plan = _run(state, ids, Resolution.RETRY, reason, by or getpass.getuser(), None, dry_run)
     _report(plan, dry_run)
