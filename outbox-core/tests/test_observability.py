@@ -262,3 +262,24 @@ async def test_a_head_whose_lease_ran_out_is_due_not_executing(db: OutboxTestDat
         {"TEST_NOOP": 1},
     )
     assert 30 <= snapshot.oldest_due_age["TEST_NOOP"] < 3600
+
+
+async def test_an_operators_resolution_and_cancel_are_counted_as_endings(
+    db: OutboxTestDatabase,
+) -> None:
+    from outbox_core.operator import cancel_unstarted, resolve_absent
+
+    from .operator_support import ended_by_executor, fence_then_uncertain
+
+    uncertain = await ended_by_executor(db, fence_then_uncertain, "resolved-count")
+    with db.connect() as conn:
+        admitted = db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "lane-c", "c")).id
+        conn.commit()
+    before = totals("action.ended")
+    async with await db.aconnect() as conn:
+        await resolve_absent(conn, db.outbox, uncertain, "checked the provider")
+        await cancel_unstarted(conn, db.outbox, admitted)
+    assert delta(before, totals("action.ended")) == {
+        (("kind", "TEST_SCRIPTED"), ("state", "FAILED"), ("stop_reason", "RESOLVED_ABSENT")): 1,
+        (("kind", "TEST_NOOP"), ("state", "CANCELLED"), ("stop_reason", "OPERATOR_CANCELLED")): 1,
+    }

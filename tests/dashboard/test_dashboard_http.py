@@ -4,7 +4,9 @@ on a page, and `outbox dashboard` will not listen beyond this machine without a 
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
@@ -69,9 +71,16 @@ def test_every_request_needs_the_token_when_one_is_configured(
     assert key is not None
     # The cookie that the first visit set carries the token from there.
     response = client.post(
-        "/actions/cancel", data={"form_key": key.group(1), "action_id": str(seeded.proposed)}
+        "/actions/cancel",
+        data={"form_key": key.group(1), "action_id": str(seeded.proposed), "reason": "dup"},
     )
     assert response.status_code == 200 and f"cancelled action {seeded.proposed}" in response.text
+    audit = db.rows(
+        "SELECT actor, command, reason, surface, after_state FROM {schema}.action_audit "
+        "WHERE action_id = %s",
+        (seeded.proposed,),
+    )
+    assert audit == [("dashboard", "cancel", "dup", "dashboard", "CANCELLED")]
 
 
 def test_the_dashboard_will_not_listen_beyond_this_machine_without_a_token(
@@ -88,3 +97,28 @@ def test_the_dashboard_will_not_listen_beyond_this_machine_without_a_token(
         main, ["dashboard"], env={"OUTBOX_DATABASE_URL": db.url, "OUTBOX_DASHBOARD_TOKEN": "x"}
     )
     assert short.exit_code == 2 and "at least 16 characters" in short.output
+
+
+def test_outbox_dashboard_user_is_the_actor_of_its_audit_rows(
+    db: OutboxTestDatabase, seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    env = {"OUTBOX_DATABASE_URL": db.url, "OUTBOX_SCHEMA": db.schema, "OUTBOX_DASHBOARD_TOKEN": ""}
+    blank = CliRunner().invoke(main, ["dashboard", "--user", " "], env=env)
+    assert blank.exit_code == 2 and "--user: give a name" in blank.output and not served
+    result = CliRunner().invoke(main, ["dashboard", "--user", "ana"], env=env)
+    assert result.exit_code == 0, result.output
+    client = TestClient(served[0])
+    key = re.search(r'name="form_key" value="([^"]+)"', client.get("/").text)
+    assert key is not None
+    response = client.post(
+        "/actions/cancel", data={"form_key": key.group(1), "action_id": str(seeded.proposed)}
+    )
+    assert response.status_code == 200, response.text
+    audit = db.rows(
+        "SELECT actor, reason FROM {schema}.action_audit WHERE action_id = %s", (seeded.proposed,)
+    )
+    assert audit == [("ana", "no reason given")]

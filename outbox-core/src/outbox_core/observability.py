@@ -158,6 +158,14 @@ def action_event(
         )
 
 
+def count_ending(kind: str, state: str, stop_reason: str | None) -> None:
+    """One ``action.ended`` of an ending outside an executor (an operator's resolution or
+    cancel), counted at once in this process's instruments, after its commit."""
+    Instruments.shared().ended.add(
+        1, {"kind": kind, "state": state, "stop_reason": stop_reason or ""}
+    )
+
+
 class Tally:
     """Counter increments gathered in memory and added once per series when flushed.
 

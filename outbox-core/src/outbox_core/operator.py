@@ -2,8 +2,9 @@
 that has not started, run a due lane head now, resolve an UNCERTAIN action (done, not done,
 read back again) and run a FAILED or CANCELLED one again. ``outbox cancel``, ``run-now``,
 ``resolve``, ``retry`` and the dashboard's buttons call these, so each refusal reads the same
-everywhere. Resolutions and retries are audited (:mod:`.operator_changes` plans and writes
-them, one ``action_audit`` row per change, deleted with the action)."""
+everywhere. Each is audited: one ``action_audit`` row per change (who, why, from which
+surface), deleted with the action; :mod:`.operator_changes` plans and writes resolutions and
+retries, this module writes the rows of a cancel and a run-now."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from .action import Action
+from .errors import InvalidRequest
+from .observability import count_ending
 from .operator_changes import (
+    SURFACES,
     Change,
     OperatorRefused,
     Resolution,
@@ -34,13 +38,29 @@ __all__ = [
 ]
 
 
-async def cancel_unstarted(conn: AsyncConnection[Any], outbox: Outbox, action_id: int) -> Action:
-    """Cancel an action that has not started (PROPOSED or ADMITTED) as an operator, and commit;
-    its kind's ``ended`` runs in that transaction. :class:`OperatorRefused` (nothing changed)
-    for an action that does not exist, has started, or ended."""
+# The audit's reason when the operator gave none (cancel and run-now do not ask for one).
+NO_REASON = "no reason given"
+
+
+async def cancel_unstarted(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action_id: int,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    surface: Surface = "api",
+) -> Action:
+    """Cancel an action that has not started (PROPOSED or ADMITTED) as an operator, and commit
+    it with its audit row (command ``cancel``; ``by`` None: the database role); its kind's
+    ``ended`` runs in that transaction. :class:`OperatorRefused` (nothing changed) for an
+    action that does not exist, has started, or ended."""
+    audit = _audit_fields(reason, by, surface)
     cancelled = await outbox.acancel(conn, action_id)
     if cancelled is not None:
+        await _audit(conn, outbox, cancelled, "cancel", audit, before=None)
         await conn.commit()
+        count_ending(cancelled.kind, str(cancelled.state), cancelled.stop_reason)
         return cancelled
     cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
     row = await cursor.fetchone()
@@ -59,19 +79,30 @@ async def cancel_unstarted(conn: AsyncConnection[Any], outbox: Outbox, action_id
     )
 
 
-async def run_now(outbox: Outbox, conninfo: str, action_id: int) -> Action:
+async def run_now(
+    outbox: Outbox,
+    conninfo: str,
+    action_id: int,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    surface: Surface = "api",
+) -> Action:
     """Claim and carry out one admitted lane head at once, through an executor of its own
-    (``Executor.run_now``: claimed and fenced as any claim). The action as it is afterwards;
-    :class:`OperatorRefused` when it is not a claimable head."""
+    (``Executor.run_now``: claimed and fenced as any claim), then write its audit row (command
+    ``run_now``, the state after). The action as it is afterwards; :class:`OperatorRefused`
+    when it is not a claimable head (nothing is audited then)."""
     from .executor import Executor
 
+    audit = _audit_fields(reason, by, surface)
     async with Executor(outbox, conninfo) as executor:
         done = await executor.run_now(action_id)
+    async with await AsyncConnection.connect(conninfo, autocommit=True) as conn:
         if done is not None:
+            await _audit(conn, outbox, done, "run_now", audit, before=ActionState.ADMITTED)
             return done
-        async with await AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
-            row = await cursor.fetchone()
+        cursor = await conn.execute(outbox.queries["action_by_id"], {"id": action_id})
+        row = await cursor.fetchone()
     if row is None:
         raise OperatorRefused(f"no action {action_id}")
     action = Action.from_row(row)
@@ -83,6 +114,39 @@ async def run_now(outbox: Outbox, conninfo: str, action_id: int) -> Action:
         f"action {action_id} is not the head of lane {action.lane_key!r} (an earlier action "
         "of the lane runs first), or another executor holds it, or this build does not serve "
         f"its kind {action.kind}: it was not run"
+    )
+
+
+def _audit_fields(reason: str | None, by: str | None, surface: Surface) -> dict[str, Any]:
+    if reason is not None and (not isinstance(reason, str) or not reason.strip()):
+        raise InvalidRequest("reason", "say why, or leave it out")
+    if by is not None and (not isinstance(by, str) or not by.strip()):
+        raise InvalidRequest("by", "name who does it, or leave it out for the database role")
+    if surface not in SURFACES:
+        raise InvalidRequest("surface", f"one of {', '.join(SURFACES)}, not {surface!r}")
+    return {"reason": (reason or NO_REASON).strip(), "by": by, "surface": surface}
+
+
+async def _audit(
+    conn: AsyncConnection[Any],
+    outbox: Outbox,
+    action: Action,
+    command: str,
+    audit: dict[str, Any],
+    before: ActionState | None,
+) -> None:
+    """The audit row of a cancel or a run-now, in ``conn``'s transaction."""
+    await conn.execute(
+        outbox.queries["audit_write"],
+        {
+            **audit,
+            "id": action.id,
+            "command": command,
+            "before": None if before is None else str(before),
+            "after": str(action.state),
+            "related": None,
+            "ref": None,
+        },
     )
 
 

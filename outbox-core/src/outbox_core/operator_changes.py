@@ -22,7 +22,7 @@ from psycopg import AsyncConnection, Rollback
 from .action import Action
 from .adapter import ActionAdapter, has_own
 from .errors import InvalidRequest, OutboxError
-from .observability import action_event
+from .observability import action_event, count_ending
 from .outbox import Outbox
 from .requests import ActionRequest
 from .results import StopReason
@@ -276,6 +276,10 @@ async def change_many(
         return plan
     if not conn.autocommit:
         await conn.commit()
+    for change in written:
+        if change.after.ended:
+            ended = change.action
+            count_ending(ended.kind, str(ended.state), ended.stop_reason)
     return Plan(written, [], written=True)
 
 

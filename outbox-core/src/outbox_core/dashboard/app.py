@@ -131,13 +131,19 @@ def create_app(
             )
         action_id = int(raw)
         operation = request.path_params["operation"]
+        reason = form.get("reason", "").strip() or None
+        audit: dict[str, Any] = {
+            "reason": reason,
+            "by": user or "dashboard",
+            "surface": "dashboard",
+        }
         try:
             if operation == "cancel":
                 async with await psycopg.AsyncConnection.connect(conninfo) as conn:
-                    action = await cancel_unstarted(conn, outbox, action_id)
+                    action = await cancel_unstarted(conn, outbox, action_id, **audit)
                 notice = f"cancelled action {action.id} ({action.kind} in lane {action.lane_key})"
             else:
-                action = await run_now(outbox, conninfo, action_id)
+                action = await run_now(outbox, conninfo, action_id, **audit)
                 notice = f"ran action {action.id} ({action.kind}): now {action.state}"
         except OperatorRefused as exc:
             return await render(request, "dashboard.html", notice=str(exc), status=409, ok=False)

@@ -5,6 +5,7 @@ and person data."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import sys
 from typing import Any
@@ -58,17 +59,26 @@ def show(state: State, action_id: int, payload: bool) -> None:
     click.echo(json.dumps(action.as_dict(with_payload=payload), indent=2, default=str))
 
 
+REASON_HELP = "why, kept in the action's audit"
+BY_HELP = "who does it, kept in the audit (default: your OS user name)"
+
+
 @command()
 @click.argument("action_id", type=ACTION_ID)
-def cancel(state: State, action_id: int) -> None:
-    """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs."""
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
+@click.option("--by", metavar="NAME", help=BY_HELP)
+def cancel(state: State, action_id: int, reason: str | None, by: str | None) -> None:
+    """Cancel an action that has not started (PROPOSED or ADMITTED); its kind's `ended` runs.
+    Audited (who, why, from the CLI) as every operator's change."""
     url = state.require_url()
     outbox = state.outbox()
     from ...operator import cancel_unstarted
 
     async def go() -> Any:
         async with aconnected(url) as conn:
-            return await cancel_unstarted(conn, outbox, action_id)
+            return await cancel_unstarted(
+                conn, outbox, action_id, reason=reason, by=by or getpass.getuser(), surface="cli"
+            )
 
     cancelled = asyncio.run(go())
     click.echo(f"cancelled action {cancelled.id} ({cancelled.kind} in lane {cancelled.lane_key})")
@@ -76,14 +86,20 @@ def cancel(state: State, action_id: int) -> None:
 
 @command("run-now")
 @click.argument("action_id", type=ACTION_ID)
-def run_now(state: State, action_id: int) -> None:
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
+@click.option("--by", metavar="NAME", help=BY_HELP)
+def run_now(state: State, action_id: int, reason: str | None, by: str | None) -> None:
     """Carry out an admitted lane head at once (claimed and fenced as any claim), then print
-    how it stands. Refused for an action that is not a claimable head."""
+    how it stands; audited. Refused for an action that is not a claimable head."""
     url = state.require_url()
     outbox = state.outbox()
     from ...operator import run_now as run_action_now
 
-    action = asyncio.run(run_action_now(outbox, url, action_id))
+    action = asyncio.run(
+        run_action_now(
+            outbox, url, action_id, reason=reason, by=by or getpass.getuser(), surface="cli"
+        )
+    )
     click.echo(
         f"ran action {action.id} ({action.kind} in lane {action.lane_key}): now {action.state}"
     )

@@ -188,7 +188,12 @@ async def _run_executor(executor: Any) -> None:
 @command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=8321, show_default=True, type=click.IntRange(1, 65535))
-def dashboard(state: State, host: str, port: int) -> None:
+@click.option(
+    "--user",
+    metavar="NAME",
+    help="the actor of its operators' changes in their audit rows (default: dashboard)",
+)
+def dashboard(state: State, host: str, port: int, user: str | None) -> None:
     """Serve the operators' dashboard (extra outbox-core[dashboard]): the backlog, blocked
     lanes, UNCERTAIN actions, failures, throughput, the installed kinds; cancel and run-now.
     Bound to 127.0.0.1 by default; bound elsewhere it needs OUTBOX_DASHBOARD_TOKEN, which every
@@ -224,7 +229,9 @@ def dashboard(state: State, host: str, port: int) -> None:
     # dashboard listens (the page says so in a banner if the database goes away later).
     with connected(url, autocommit=True) as conn:
         check_migrated(conn, state.settings.schema_name)
-    app = create_app(state.outbox(), url, token=token)
+    if user is not None and not user.strip():
+        fail("--user: give a name, or leave it out for 'dashboard'", EXIT_USAGE)
+    app = create_app(state.outbox(), url, token=token, user=user)
     guarded = " (token required)" if token else ""
     click.echo(f"outbox dashboard on http://{host}:{port}/{guarded}")
     # Open pages hold their event streams: a stop waits this long for them, then ends them.
