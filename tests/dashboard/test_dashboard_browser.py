@@ -252,3 +252,20 @@ def test_an_uncertain_action_is_resolved_not_done_from_its_page(
     # The action is no longer UNCERTAIN: its page offers no resolution, and a retry instead.
     assert not browser.find_elements(By.ID, "resolve-absent")
     assert browser.find_elements(By.ID, "retry")
+
+
+def test_every_failed_match_of_a_search_is_run_again_after_its_preview(
+    browser: WebDriver, served: Served, seeded: Seeded, db: OutboxTestDatabase
+) -> None:
+    browser.get(f"{served.url}search?kind=DASH_DEMO&states=FAILED")
+    browser.find_element(By.ID, "bulk-reason").send_keys("the relay is fixed")
+    browser.find_element(By.ID, "bulk-preview").click()
+    wait_for(browser, "the preview", lambda: browser.find_elements(By.ID, "bulk-confirm"))
+    assert "2 actions would change" in text(browser, "notice")
+    before = db.scalar("SELECT count(*) FROM {schema}.agent_action")
+    browser.find_element(By.ID, "bulk-confirm-submit").click()
+    wait_for(browser, "the change", lambda: "changed" in text(browser, "notice"))
+    assert "run again: 2 actions changed" in text(browser, "notice")
+    assert db.scalar("SELECT count(*) FROM {schema}.agent_action") == before + 2
+    keys = {row[0] for row in db.rows("SELECT idempotency_key FROM {schema}.agent_action")}
+    assert {"fail-0#retry-1", "fail-1#retry-1"} <= keys

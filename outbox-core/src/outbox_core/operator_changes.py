@@ -11,6 +11,7 @@ ends the action, as for any ending. The one-action forms are in :mod:`.operator`
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Sequence
@@ -21,11 +22,12 @@ from psycopg import AsyncConnection, Rollback
 
 from .action import Action
 from .adapter import ActionAdapter, has_own
-from .errors import InvalidRequest, OutboxError
+from .errors import InvalidFilter, InvalidRequest, OutboxError
 from .observability import action_event, count_ending
 from .outbox import Outbox
 from .requests import ActionRequest
 from .results import StopReason
+from .search import ActionFilter
 from .states import ActionState
 
 Surface = Literal["cli", "dashboard", "api"]
@@ -47,6 +49,25 @@ class Resolution(enum.StrEnum):
     ABSENT = "resolve_absent"
     READ_BACK = "resolve_retry"
     RETRY = "retry"
+
+
+# The states each change acts on: what a filter of the bulk forms chooses among.
+ACTS_ON: dict[Resolution, tuple[ActionState, ...]] = {
+    Resolution.DONE: (ActionState.UNCERTAIN,),
+    Resolution.ABSENT: (ActionState.UNCERTAIN,),
+    Resolution.READ_BACK: (ActionState.UNCERTAIN,),
+    Resolution.RETRY: (ActionState.FAILED, ActionState.CANCELLED),
+}
+
+
+def among_acted_on(action_filter: ActionFilter, how: Resolution) -> ActionFilter:
+    """``action_filter`` narrowed to the states that ``how`` acts on (its own states, when it
+    names some, must be among them: :class:`InvalidFilter` on ``states`` else)."""
+    allowed = ACTS_ON[how]
+    named = tuple(ActionState(str(state)) for state in action_filter.states)
+    if any(state not in allowed for state in named):
+        raise InvalidFilter("states", f"this change acts on {' or '.join(allowed)} actions only")
+    return dataclasses.replace(action_filter, states=named or allowed)
 
 
 @dataclass(frozen=True, slots=True)

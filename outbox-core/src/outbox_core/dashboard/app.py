@@ -27,6 +27,7 @@ from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
 from ..settings_section import hide_url
+from .bulk_routes import bulk_route
 from .operator_routes import authorized_form, operator_route
 from .panels import read_panels
 
@@ -180,7 +181,7 @@ def create_app(
             context, status = {"q": {}, "page": None, "problem": database_down(exc, conninfo)}, 503
         else:
             status = 400 if context["problem"] else 200
-        context["fields"] = SEARCH_FIELDS
+        context["fields"], context["form_key"] = SEARCH_FIELDS, form_key
         return templates.TemplateResponse(request, "search.html", context, status_code=status)
 
     def read_action(action_id: int) -> Any:
@@ -222,6 +223,21 @@ def create_app(
         Route("/panels", panels, name="panels"),
         Route("/events", events, name="events"),
         Route("/search", search, name="search"),
+        Route(
+            "/search/bulk",
+            bulk_route(
+                outbox,
+                conninfo,
+                form_key,
+                user or "dashboard",
+                authorized,
+                refused,
+                templates,
+                SEARCH_FIELDS,
+            ),
+            methods=["POST"],
+            name="bulk",
+        ),
         Route("/action/{action_id:int}", action_page, name="action"),
         Route("/actions/{operation:str}", operate, methods=["POST"], name="operate"),
         Route(

@@ -6,7 +6,6 @@ why, from the CLI), both for many actions at once, named by id or chosen by the 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import getpass
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ import click
 from ..database import aconnected
 from ..group import ACTION_ID, State, command
 from ..guard import EXIT_FAILURE, EXIT_USAGE, fail
-from .find import filter_given, filter_of, filter_options
+from .find import filter_given, filter_of, filter_options, refuse_filter
 
 # The most actions a filter may choose unless --max says more.
 DEFAULT_MAX = 1000
@@ -64,10 +63,13 @@ def _chosen(
     action_ids: Sequence[int],
     fields: dict[str, Any],
     most: int | None,
-    states: tuple[str, ...],
+    how: Any,
 ) -> list[int]:
-    """The ids named, or those the filter options choose among ``states`` (at most ``most``);
-    a usage error for both or neither, and one line, exit 1, when none or too many match."""
+    """The ids named, or those the filter options choose among the states that ``how`` acts
+    on (at most ``most``); a usage error for both or neither, and one line, exit 1, when none
+    or too many match."""
+    from ...errors import InvalidFilter
+    from ...operator_changes import ACTS_ON, among_acted_on
     from ...search import amatching_ids
 
     given = filter_given(fields)
@@ -83,11 +85,10 @@ def _chosen(
             "--state, ...)",
             EXIT_USAGE,
         )
-    action_filter = filter_of(fields)
-    chosen = tuple(str(one) for one in action_filter.states)
-    if any(one not in states for one in chosen):
-        fail(f"--state: this command acts on {' or '.join(states)} actions only", EXIT_USAGE)
-    action_filter = dataclasses.replace(action_filter, states=chosen or states)
+    try:
+        action_filter = among_acted_on(filter_of(fields), how)
+    except InvalidFilter as exc:
+        refuse_filter(exc)
     bound = most if most is not None else DEFAULT_MAX
     url = state.require_url()
     outbox = state.outbox()
@@ -98,7 +99,8 @@ def _chosen(
 
     ids = asyncio.run(select())
     if not ids:
-        fail(f"no {' or '.join(states)} action matches the filter: nothing was changed")
+        states = " or ".join(ACTS_ON[how])
+        fail(f"no {states} action matches the filter: nothing was changed")
     if len(ids) > bound:
         fail(
             f"more than {bound} actions match the filter: nothing was changed (narrow it, or "
@@ -197,7 +199,7 @@ def resolve(
     if done and len(action_ids) > 1:
         fail("--done --ref names one effect: resolve one action at a time", EXIT_USAGE)
     how = Resolution.DONE if done else Resolution.ABSENT if not_done else Resolution.READ_BACK
-    ids = _chosen(state, action_ids, fields, most, ("UNCERTAIN",))
+    ids = _chosen(state, action_ids, fields, most, how)
     if done and len(ids) > 1:
         fail(
             f"--done --ref names one effect, and the filter matches {len(ids)} actions: resolve "
@@ -229,7 +231,7 @@ def retry(
     CANCELLED ones by the filters of `outbox actions` (--dry-run shows them first)."""
     from ...operator_changes import Resolution
 
-    ids = _chosen(state, action_ids, fields, most, ("FAILED", "CANCELLED"))
+    ids = _chosen(state, action_ids, fields, most, Resolution.RETRY)
     if not dry_run:
         _confirmed(len(set(ids)), "run again", yes)
     plan = _run(state, ids, Resolution.RETRY, reason, by or getpass.getuser(), None, dry_run)
