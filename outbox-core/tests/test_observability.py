@@ -267,7 +267,7 @@ async def test_a_head_whose_lease_ran_out_is_due_not_executing(db: OutboxTestDat
 async def test_an_operators_resolution_and_cancel_are_counted_as_endings(
     db: OutboxTestDatabase,
 ) -> None:
-    from outbox_core.operator import cancel_unstarted, resolve_absent
+    from outbox_core.operator import cancel_unstarted, resolve_absent, retry
 
     from .operator_support import ended_by_executor, fence_then_uncertain
 
@@ -279,6 +279,8 @@ async def test_an_operators_resolution_and_cancel_are_counted_as_endings(
     async with await db.aconnect() as conn:
         await resolve_absent(conn, db.outbox, uncertain, "checked the provider")
         await cancel_unstarted(conn, db.outbox, admitted)
+        # A retry ends nothing: the old action stays as it ended, the new one is admitted.
+        await retry(conn, db.outbox, uncertain, "run it again")
     assert delta(before, totals("action.ended")) == {
         (("kind", "TEST_SCRIPTED"), ("state", "FAILED"), ("stop_reason", "RESOLVED_ABSENT")): 1,
         (("kind", "TEST_NOOP"), ("state", "CANCELLED"), ("stop_reason", "OPERATOR_CANCELLED")): 1,

@@ -298,7 +298,8 @@ async def change_many(
     if not conn.autocommit:
         await conn.commit()
     for change in written:
-        if change.after.ended:
+        # A resolution that ended the action; a retry leaves the old one as it ended.
+        if change.after.ended and change.new_key is None:
             ended = change.action
             count_ending(ended.kind, str(ended.state), ended.stop_reason)
     return Plan(written, [], written=True)
