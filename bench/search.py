@@ -3,6 +3,7 @@ the buffers its statements touched, with and without the search's indexes (migra
 
     python bench/search.py [--count 1000000] [--runs 5] [--explain] [--no-compare]
     python bench/search.py --write-cost 7 [--count 1000000] [--batch 5000]
+    python bench/search.py --matching [--count 1000000] [--runs 5]
 
 The table is built with generate_series in a fresh bench database: ``--count`` actions over 30
 days (one every few seconds), 90 % DONE, 8 % ADMITTED, 1 % FAILED, 1 % CANCELLED and 0.1 %
@@ -21,6 +22,11 @@ One JSON line per filter and build.
 table, one of them without migration 0019's indexes; then, round by round in turn (the
 machine's load hits both alike), ``enqueue_many`` of ``--batch`` new actions (new lanes and
 keys, one transaction) in each; the median time per action of each, one JSON line.
+
+``--matching``: what the bulk forms of ``outbox resolve`` and ``outbox retry`` read before they
+change anything: ``amatching_ids`` with their bound (1,000) for the states each acts on, with
+and without an indexed field; the median wall time of ``--runs``, the ids found, and the
+statements (pages) it took.
 """
 
 from __future__ import annotations
@@ -205,6 +211,54 @@ def write_cost(args: argparse.Namespace) -> None:
             )
 
 
+# The bulk forms' filters: what `outbox retry` / `outbox resolve` choose among, with or without
+# an indexed field.
+MATCHING = {
+    "retry: FAILED or CANCELLED": ActionFilter(states=("FAILED", "CANCELLED")),
+    "resolve: UNCERTAIN (0.1 %)": ActionFilter(states=("UNCERTAIN",)),
+    "retry: FAILED, kind (0.1 %)": ActionFilter(states=("FAILED",), kind="BENCH_FILTERED"),
+    "retry: FAILED, lane": ActionFilter(states=("FAILED",), lane_key="lane-4201"),
+    "retry: FAILED, stop reason": ActionFilter(
+        states=("FAILED",), stop_reason="ATTEMPTS_EXHAUSTED"
+    ),
+}
+
+
+def matching(conn: psycopg.Connection[Any], db: Any, args: argparse.Namespace) -> None:
+    import asyncio
+
+    from outbox_core import search
+
+    pages = [0]
+    find_page = search.afind_actions
+
+    async def counted(*a: Any, **k: Any) -> Any:
+        pages[0] += 1
+        return await find_page(*a, **k)
+
+    search.afind_actions = counted  # type: ignore[assignment]
+
+    async def once(action_filter: ActionFilter) -> tuple[int, int, float]:
+        pages[0] = 0
+        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as aconn:
+            started = time.perf_counter()
+            ids = await search.amatching_ids(aconn, db.outbox, action_filter, 1000)
+            return len(ids), pages[0], (time.perf_counter() - started) * 1000
+
+    for name, action_filter in MATCHING.items():
+        asyncio.run(once(action_filter))  # warm-up
+        runs = [asyncio.run(once(action_filter)) for _ in range(args.runs)]
+        emit(
+            {
+                "matching": name,
+                "rows": args.count,
+                "ids": runs[0][0],
+                "pages": runs[0][1],
+                "ms": round(statistics.median(run[2] for run in runs), 1),
+            }
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
@@ -213,6 +267,7 @@ def main() -> None:
     parser.add_argument("--no-compare", action="store_true")
     parser.add_argument("--write-cost", type=int, metavar="ROUNDS")
     parser.add_argument("--batch", type=int, default=5000)
+    parser.add_argument("--matching", action="store_true")
     args = parser.parse_args()
     if args.write_cost:
         write_cost(args)
@@ -220,6 +275,9 @@ def main() -> None:
     with bench_database() as db, psycopg.connect(db.url, autocommit=True) as conn:
         load(conn, args.count)
         conn.execute("SET jit = off")
+        if args.matching:
+            matching(conn, db, args)
+            return
         measure_all(conn, db, args, "0019")
         if not args.no_compare:
             for statement in WITHOUT_0019:
