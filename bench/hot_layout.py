@@ -28,7 +28,12 @@ only, never a migration):
 * ``hot_side_table``: ``hot_unguarded`` with one executing action per lane back in the database
   as a unique key of a side table (``action_executing``, one row per lane with an executing
   action) that triggers on agent_action keep (an insert when an action becomes EXECUTING, a
-  delete when it stops, or is deleted), and the claim reading a lane's holder there.
+  delete when it stops, or is deleted), and the claim reading a lane's holder there;
+* ``hot_lane_row``: ``hot_unguarded`` with one executing action per lane kept by the lane row
+  instead: ``action_lane.exec_id`` (not indexed), written by a trigger under the lane row's
+  lock when an action becomes EXECUTING (refused, as the unique index refused it, when the
+  lane already has another holder), cleared when it stops or is deleted; the claim reads the
+  holder from the lane row it has locked.
 
 Variants run interleaved, ``--rounds`` times each (the machine's speed moves: compare within a
 run).
@@ -57,8 +62,9 @@ from outbox_core.executor import Executor
 
 UNGUARDED = [
     "DROP INDEX outbox.ux_agent_action_lane_executing",
+    # The head search walks ix_agent_action_lane_id, (lane_key, id) for every row, which
+    # migration 0019 built for the search (before it, this prototype built its own).
     "DROP INDEX outbox.ix_agent_action_lane_head",
-    "CREATE INDEX ix_agent_action_lane ON outbox.agent_action (lane_key, id)",
     "DROP INDEX outbox.ix_agent_action_ended",
     "DROP INDEX outbox.ix_agent_action_expiry",
     "CREATE INDEX ix_agent_action_expiry ON outbox.agent_action (expires_at) "
@@ -85,6 +91,58 @@ SIDE_TABLE = [
     "WHEN (OLD.state = 'EXECUTING') EXECUTE FUNCTION outbox.hold_lane()",
 ]
 
+# One executing action per lane kept by the lane row: action_lane.exec_id (not indexed) names
+# the lane's holder. A trigger writes it when an action becomes EXECUTING, under the lane row's
+# lock, and only where it is free or already this action's: a second claim of the lane waits
+# for the first's lock and then finds the lane taken (READ COMMITTED), or fails to serialize
+# (REPEATABLE READ, SERIALIZABLE: the row changed after its snapshot). A lane without a row (an
+# older build's proposal, a row inserted by hand) gets one. The error is the one the unique
+# index gave. The ending, and the delete of an executing action, clear it.
+LANE_ROW_TAKEN = """RAISE EXCEPTION
+                'duplicate key value violates unique constraint "ux_agent_action_lane_executing"'
+                USING ERRCODE = 'unique_violation',
+                      CONSTRAINT = 'ux_agent_action_lane_executing',
+                      TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA,
+                      DETAIL = format('Key (lane_key)=(%s) already exists.', NEW.lane_key);"""
+LANE_ROW = [
+    "ALTER TABLE outbox.action_lane ADD COLUMN exec_id bigint",
+    f"""CREATE FUNCTION outbox.lane_exec() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        IF TG_OP = 'UPDATE' AND NEW.state = 'EXECUTING' THEN
+            UPDATE outbox.action_lane SET exec_id = NEW.id
+             WHERE lane_key = NEW.lane_key AND (exec_id IS NULL OR exec_id = NEW.id);
+            IF NOT FOUND THEN
+                INSERT INTO outbox.action_lane (lane_key, exec_id) VALUES (NEW.lane_key, NEW.id)
+                    ON CONFLICT (lane_key) DO NOTHING;
+                IF NOT FOUND THEN
+                    {LANE_ROW_TAKEN}
+                END IF;
+            END IF;
+        ELSE
+            UPDATE outbox.action_lane SET exec_id = NULL
+             WHERE lane_key = OLD.lane_key AND exec_id = OLD.id;
+        END IF;
+        RETURN NULL;
+    END $fn$""",
+    "CREATE TRIGGER lane_exec AFTER UPDATE OF state ON outbox.agent_action FOR EACH ROW "
+    "WHEN ((NEW.state = 'EXECUTING') <> (OLD.state = 'EXECUTING')) "
+    "EXECUTE FUNCTION outbox.lane_exec()",
+    "CREATE TRIGGER lane_exec_delete AFTER DELETE ON outbox.agent_action FOR EACH ROW "
+    "WHEN (OLD.state = 'EXECUTING') EXECUTE FUNCTION outbox.lane_exec()",
+    # exec_id is the trigger's alone: a hand-written update of it, or a delete of a lane row
+    # that names a holder, would free the lane (the claim's delete of an empty lane never
+    # meets one: its holder would make it not empty).
+    """CREATE FUNCTION outbox.lane_exec_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        RAISE EXCEPTION 'action_lane %: exec_id is kept by agent_action''s trigger',
+            OLD.lane_key USING ERRCODE = 'check_violation';
+    END $fn$""",
+    "CREATE TRIGGER lane_exec_guard BEFORE UPDATE OF exec_id ON outbox.action_lane "
+    "FOR EACH ROW WHEN (pg_trigger_depth() = 0) EXECUTE FUNCTION outbox.lane_exec_guard()",
+    "CREATE TRIGGER lane_exec_guard_delete BEFORE DELETE ON outbox.action_lane "
+    "FOR EACH ROW WHEN (OLD.exec_id IS NOT NULL) EXECUTE FUNCTION outbox.lane_exec_guard()",
+]
+
 # The claim's search for a lane's executing holder, as migration 0012 wrote it, and what the
 # prototypes read instead (the holder is live, so at or after head_id).
 HOLDER = (
@@ -98,6 +156,16 @@ HOLDER_SIDE = (
     "JOIN outbox.agent_action x ON x.id = e.action_id AND x.state = 'EXECUTING' "
     "WHERE e.lane_key = l.lane_key"
 )
+# The lane row's holder: read with the lane row the claim has locked.
+LANES = (
+    "SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id\n"
+    '          FROM "outbox".action_lane l'
+)
+LANES_EXEC = (
+    "SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id, l.exec_id\n"
+    '          FROM "outbox".action_lane l'
+)
+HOLDER_LANE_ROW = "SELECT l.exec_id AS id WHERE l.exec_id IS NOT NULL"
 
 # The keys in byte order. A column that a trigger's WHEN clause names cannot change its type
 # or collation, so those triggers are dropped and created again as they were.
@@ -113,6 +181,7 @@ VARIANTS: dict[str, tuple[list[str], str | None, bool]] = {
     "hot_unguarded": (UNGUARDED, HOLDER_BOUNDED, False),
     "hot_side_table": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, False),
     "hot_side_table_c": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, True),
+    "hot_lane_row": (UNGUARDED + LANE_ROW, HOLDER_LANE_ROW, False),
 }
 
 LEAF_INSERTS = ("INSERT_LEAF", "INSERT_POST", "SPLIT_L", "SPLIT_R")
@@ -140,14 +209,28 @@ def apply_variant(conn: psycopg.Connection[Any], name: str) -> None:
             )
         for _, definition in triggers:
             conn.execute(definition)
-    if holder is None:
-        return
-    row = conn.execute("SELECT pg_get_functiondef('outbox.claim_locked_v1'::regproc)").fetchone()
+    if holder is not None:
+        replace_holder(conn, "outbox", holder, lane_row=LANE_ROW[0] in statements)
+
+
+def replace_holder(
+    conn: psycopg.Connection[Any], schema: str, holder: str, *, lane_row: bool
+) -> None:
+    """claim_locked_v1 of `schema` restated with `holder` as its search for a lane's executing
+    action (and, for the lane row's holder, the lane row's exec_id read with the lane)."""
+    quoted = f'"{schema}".'
+    row = conn.execute(
+        "SELECT pg_get_functiondef(%s::regproc)", (f"{quoted}claim_locked_v1",)
+    ).fetchone()
     assert row is not None
     text = str(row[0])
-    if HOLDER not in text:
+    old_holder, old_lanes = (x.replace('"outbox".', quoted) for x in (HOLDER, LANES))
+    if old_holder not in text or old_lanes not in text:
         raise RuntimeError("claim_locked_v1 no longer reads the holder as this bench expects")
-    conn.execute(text.replace(HOLDER, holder))
+    if lane_row:
+        text = text.replace(old_lanes, LANES_EXEC.replace('"outbox".', quoted))
+    holder = holder.replace('"outbox".', quoted).replace("outbox.", quoted)
+    conn.execute(text.replace(old_holder, holder))
 
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> dict[int, float]:
