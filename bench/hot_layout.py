@@ -33,12 +33,17 @@ only, never a migration):
   instead: ``action_lane.exec_id`` (not indexed), written by a trigger under the lane row's
   lock when an action becomes EXECUTING (refused, as the unique index refused it, when the
   lane already has another holder), cleared when it stops or is deleted; the claim reads the
-  holder from the lane row it has locked.
+  holder from the lane row it has locked;
+* ``hot_lane_row_lazy``: the same column written at claims only (it names the lane's last
+  claimed action, which holds the lane while it is EXECUTING): endings write no lane row.
 
 Variants run interleaved, ``--rounds`` times each (the machine's speed moves: compare within a
 run).
 
-    python bench/hot_layout.py [--actions 20000] [--lanes 2000] [--rounds 3]
+    python bench/hot_layout.py [--actions 20000] [--lanes 2000] [--rounds 3] [--shape fenced]
+
+``--shape fenced``: each attempt begins its write (the fence's mark, a third update of the
+action) before it returns Done.
 """
 
 from __future__ import annotations
@@ -105,7 +110,9 @@ LANE_ROW_TAKEN = """RAISE EXCEPTION
                       TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA,
                       DETAIL = format('Key (lane_key)=(%s) already exists.', NEW.lane_key);"""
 LANE_ROW = [
-    "ALTER TABLE outbox.action_lane ADD COLUMN exec_id bigint",
+    # Room on the lane rows' pages for the versions that change exec_id alone (no index names
+    # it) to be HOT.
+    "ALTER TABLE outbox.action_lane ADD COLUMN exec_id bigint, SET (fillfactor = 50)",
     f"""CREATE FUNCTION outbox.lane_exec() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
         IF TG_OP = 'UPDATE' AND NEW.state = 'EXECUTING' THEN
@@ -143,6 +150,55 @@ LANE_ROW = [
     "FOR EACH ROW WHEN (OLD.exec_id IS NOT NULL) EXECUTE FUNCTION outbox.lane_exec_guard()",
 ]
 
+# The same rule with the lane row written at claims only: exec_id names the last action that
+# became EXECUTING in the lane, and the lane is taken while that action still is. A claim
+# locks the lane row (the claim function holds it already), then reads the named action's
+# state in a statement of its own (READ COMMITTED: after every claim that held the lock has
+# committed; REPEATABLE READ: the lane row's write fails to serialize instead). Endings and
+# deletes write nothing more: a producer's enqueue that holds the lane row never makes an
+# ending wait.
+LANE_ROW_LAZY = [
+    LANE_ROW[0],
+    f"""CREATE FUNCTION outbox.lane_exec() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_holder bigint;
+    BEGIN
+        SELECT exec_id INTO v_holder FROM outbox.action_lane
+         WHERE lane_key = NEW.lane_key FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO outbox.action_lane (lane_key, exec_id) VALUES (NEW.lane_key, NEW.id)
+                ON CONFLICT (lane_key) DO NOTHING;
+            IF NOT FOUND THEN
+                {LANE_ROW_TAKEN}
+            END IF;
+            RETURN NULL;
+        END IF;
+        IF v_holder IS DISTINCT FROM NEW.id THEN
+            IF EXISTS (SELECT 1 FROM outbox.agent_action
+                        WHERE id = v_holder AND state = 'EXECUTING') THEN
+                {LANE_ROW_TAKEN}
+            END IF;
+            UPDATE outbox.action_lane SET exec_id = NEW.id WHERE lane_key = NEW.lane_key;
+        END IF;
+        RETURN NULL;
+    END $fn$""",
+    "CREATE TRIGGER lane_exec AFTER UPDATE OF state ON outbox.agent_action FOR EACH ROW "
+    "WHEN (NEW.state = 'EXECUTING' AND OLD.state <> 'EXECUTING') "
+    "EXECUTE FUNCTION outbox.lane_exec()",
+    """CREATE FUNCTION outbox.lane_exec_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        IF TG_OP = 'DELETE' AND NOT EXISTS (
+            SELECT 1 FROM outbox.agent_action WHERE id = OLD.exec_id AND state = 'EXECUTING'
+        ) THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'action_lane %: exec_id is kept by agent_action''s trigger',
+            OLD.lane_key USING ERRCODE = 'check_violation';
+    END $fn$""",
+    LANE_ROW[5],
+    LANE_ROW[6],
+]
+
 # The claim's search for a lane's executing holder, as migration 0012 wrote it, and what the
 # prototypes read instead (the holder is live, so at or after head_id).
 HOLDER = (
@@ -158,14 +214,16 @@ HOLDER_SIDE = (
 )
 # The lane row's holder: read with the lane row the claim has locked.
 LANES = (
-    "SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id\n"
-    '          FROM "outbox".action_lane l'
+    'SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id\n          FROM "outbox".action_lane l'
 )
 LANES_EXEC = (
     "SELECT l.lane_key, coalesce(l.head_id, 0) AS head_id, l.exec_id\n"
     '          FROM "outbox".action_lane l'
 )
 HOLDER_LANE_ROW = "SELECT l.exec_id AS id WHERE l.exec_id IS NOT NULL"
+HOLDER_LANE_ROW_LAZY = (
+    "SELECT e.id FROM outbox.agent_action e WHERE e.id = l.exec_id AND e.state = 'EXECUTING'"
+)
 
 # The keys in byte order. A column that a trigger's WHEN clause names cannot change its type
 # or collation, so those triggers are dropped and created again as they were.
@@ -182,7 +240,11 @@ VARIANTS: dict[str, tuple[list[str], str | None, bool]] = {
     "hot_side_table": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, False),
     "hot_side_table_c": (UNGUARDED + SIDE_TABLE, HOLDER_SIDE, True),
     "hot_lane_row": (UNGUARDED + LANE_ROW, HOLDER_LANE_ROW, False),
+    "hot_lane_row_lazy": (UNGUARDED + LANE_ROW_LAZY, HOLDER_LANE_ROW_LAZY, False),
 }
+
+# The burn-down's shapes: the kind its actions are.
+SHAPES = {"noop": "BENCH_NOOP", "fenced": "BENCH_FENCED"}
 
 LEAF_INSERTS = ("INSERT_LEAF", "INSERT_POST", "SPLIT_L", "SPLIT_R")
 
@@ -261,18 +323,18 @@ def table_updates(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
     return last
 
 
-async def burn(url: str, sample: Callable[[], None]) -> float:
+async def burn(url: str, sample: Callable[[], None], kind: str) -> float:
     """Runs one executor until no action is left: the seconds from its start (after it opened
     its connections) to the poll that saw none left. `sample` is called as it polls, and once
     at the end, before the executor closes its connections."""
     registry = KindRegistry()
-    for kind in BENCH_KINDS:
-        registry.register(kind, distribution="bench")
+    for adapter in BENCH_KINDS:
+        registry.register(adapter, distribution="bench")
     settings = OutboxSettings(
         schema_name="outbox", concurrency=1500, claim_batch=500, pool_size=5, poll_seconds=1.0
     )
     outbox = Outbox(schema="outbox", registry=registry, settings=settings)
-    executor = Executor(outbox, url, settings=settings, kinds=["BENCH_NOOP"])
+    executor = Executor(outbox, url, settings=settings, kinds=[kind])
     await executor.open()
     sample()
     started = time.monotonic()
@@ -295,7 +357,7 @@ async def burn(url: str, sample: Callable[[], None]) -> float:
     return seconds
 
 
-def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
+def one_run(variant: str, actions: int, lanes: int, kind: str = "BENCH_NOOP") -> dict[str, Any]:
     with bench_database() as db:
         with psycopg.connect(db.url, autocommit=True) as conn:
             apply_variant(conn, variant)
@@ -305,7 +367,7 @@ def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
                 db.outbox.enqueue_many(
                     conn,
                     [
-                        ActionRequest("BENCH_NOOP", f"lane{i % lanes}", f"a-{i}", payload={})
+                        ActionRequest(kind, f"lane{i % lanes}", f"a-{i}", payload={})
                         for i in range(start, min(start + 10_000, actions))
                     ],
                 )
@@ -336,7 +398,7 @@ def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
                     first.setdefault(pid, cpu_seconds)
                     last[pid] = cpu_seconds
 
-            seconds = asyncio.run(burn(db.url, sample))
+            seconds = asyncio.run(burn(db.url, sample, kind))
             cpu_used = sum(last[pid] - first[pid] for pid in last)
             end_lsn, wal_after = conn.execute(
                 "SELECT pg_current_wal_flush_lsn(), wal_bytes FROM pg_stat_wal"
@@ -367,6 +429,7 @@ def one_run(variant: str, actions: int, lanes: int) -> dict[str, Any]:
         "variant": variant,
         "actions": actions,
         "lanes": lanes,
+        "kind": kind,
         "rate_per_s": round(actions / seconds),
         "server_cpu_us": round(cpu_used * per * 1e6, 1),
         "btree_entries": round(sum(entries.values()) * per, 2),
@@ -388,6 +451,12 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="noop",
+        help="noop: each attempt returns Done; fenced: each begins its write first",
+    )
     parser.add_argument("--out", type=Path, help="also append each result here (JSON lines)")
     args = parser.parse_args()
     variants = args.variants.split(",")
@@ -397,7 +466,7 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for round_ in range(args.rounds):
         for variant in variants:
-            result = one_run(variant, args.actions, args.lanes)
+            result = one_run(variant, args.actions, args.lanes, SHAPES[args.shape])
             results[variant].append(result)
             log(f"round {round_ + 1} {variant}: {result}")
             emit(result)
