@@ -379,7 +379,10 @@ async def burn(url: str, sample: Callable[[], None], kind: str, variant: str) ->
         schema_name="outbox", concurrency=1500, claim_batch=500, pool_size=5, poll_seconds=1.0
     )
     outbox = Outbox(schema="outbox", registry=registry, settings=settings)
-    prototype_queries(outbox.queries, variant)
+    # A copy: the package's statements are one dict for every Outbox of the process.
+    queries = dict(outbox.queries)
+    prototype_queries(queries, variant)
+    vars(outbox)["queries"] = queries
     executor = Executor(outbox, url, settings=settings, kinds=[kind])
     await executor.open()
     sample()
