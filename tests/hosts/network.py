@@ -7,7 +7,9 @@ namespace's address or another host, never beyond.
 A **partition** drops packets on the host's interface in its namespace, at the netdev ingress
 and egress hooks of nftables (so the kernel's TCP sees lost packets, as on a cut wire, not a
 local error): ``cut(host)`` everything both ways; ``cut_replies`` only the database's answers
-(the host's statements still run); ``heal`` removes the table.
+(the host's statements still run); ``heal`` removes the table. ``connects`` probes a cut from
+the host's side (a new connection's handshake), so that a test confirms a cut drops packets
+before it relies on it.
 
 Each network takes a free ``10.231.<n>.0/24`` (a lock file per ``n`` under /run/lock), and its
 names carry the creating process's pid, so that concurrent runs never share one and a later run
@@ -21,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -135,6 +138,22 @@ class Network:
 
     def heal(self, host: Host) -> None:
         run(*host.command("nft", "delete", "table", "netdev", PARTITION_TABLE))
+
+    def connects(self, host: Host, port: int, *, timeout: float = 0.5) -> bool:
+        """Whether a new TCP connection from ``host`` to the root address's ``port`` completes
+        within ``timeout`` seconds: a probe of a cut (the server's answer to the handshake is
+        what ``cut_replies`` drops), which a test confirms before it relies on the cut."""
+        probe = (
+            "import socket, sys\n"
+            "try:\n"
+            f"    socket.create_connection(({self.address!r}, {port}), timeout={timeout}).close()\n"
+            "except OSError:\n"
+            "    sys.exit(1)\n"
+        )
+        done = subprocess.run(
+            host.command(sys.executable, "-c", probe), capture_output=True, check=False
+        )
+        return done.returncode == 0
 
 
 @contextmanager

@@ -66,6 +66,10 @@ def late_requests() -> list[ActionRequest]:
     ]
 
 
+def connects(r: Rig, host: Host) -> bool:
+    return r.net.connects(host, r.db.port)
+
+
 def claim_waits(r: Rig, host: Host) -> bool:
     """Whether ``host``'s claim statement runs at the server, waiting for a lock on the lanes
     (past psycopg's prepare: the claim's own statement, in claim_v1)."""
@@ -120,6 +124,7 @@ def test_a_partitioned_host_is_fenced_out_and_its_in_flight_writes_are_read_back
             r.scalar("SELECT pg_notify(%s, '')", (chaos_outbox().channel,))
             until("A's claim at the server, waiting for the lanes", lambda: claim_waits(r, host_a))
             r.net.cut_replies(host_a, r.db.port, spare=listen_port)
+            until("the cut to drop the database's answers to A", lambda: not connects(r, host_a))
             lanes_held.commit()
         until(
             "A's claim of the late actions, unanswered",
@@ -135,6 +140,7 @@ def test_a_partitioned_host_is_fenced_out_and_its_in_flight_writes_are_read_back
 
         # The partition: A is cut off both ways; its writes in flight reach the provider.
         r.net.cut(host_a)
+        until("the cut to hold A's packets", lambda: not connects(r, host_a))
         for kind in KINDS:
             r.provider("/release", {"key": f"gated-after_fence-{kind}"})
         others = [r.start(host_b), r.start(host_c)]
