@@ -6,8 +6,11 @@ namespace's address or another host, never beyond.
 
 A **partition** drops packets on the host's interface in its namespace, at the netdev ingress
 and egress hooks of nftables (so the kernel's TCP sees lost packets, as on a cut wire, not a
-local error): ``cut(host)`` everything both ways; ``cut_replies`` only the database's answers
-(the host's statements still run); ``heal`` removes the table.
+local error): ``cut(host)`` everything both ways; ``heal`` removes the table. ``connects``
+probes a cut from the host's side (a new connection's handshake), so that a test confirms a cut
+holds before it relies on it. (A rule that dropped only the database's answers, matching
+``ip saddr``, ``tcp sport`` and ``tcp dport``, let an established connection's answer through
+now and then under load: the partition test no longer uses one, see its comments.)
 
 Each network takes a free ``10.231.<n>.0/24`` (a lock file per ``n`` under /run/lock), and its
 names carry the creating process's pid, so that concurrent runs never share one and a later run
@@ -21,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -111,13 +115,6 @@ class Network:
         """Drop everything ``host`` sends and receives (a partition)."""
         self._drop(host, ingress=["drop"], egress=["drop"])
 
-    def cut_replies(self, host: Host, port: int, *, spare: int) -> None:
-        """Drop what ``host`` receives from the root address's ``port`` (the database's
-        answers), except on its local port ``spare`` (its LISTEN connection): its statements
-        still run, their answers are lost."""
-        rule = f"ip saddr {self.address} tcp sport {port} tcp dport != {spare} drop"
-        self._drop(host, ingress=[rule], egress=[])
-
     def _drop(self, host: Host, *, ingress: list[str], egress: list[str]) -> None:
         chains = "".join(
             f"  chain {hook} {{ type filter hook {hook} device eth0 priority 0; policy accept;\n"
@@ -135,6 +132,22 @@ class Network:
 
     def heal(self, host: Host) -> None:
         run(*host.command("nft", "delete", "table", "netdev", PARTITION_TABLE))
+
+    def connects(self, host: Host, port: int, *, timeout: float = 0.5) -> bool:
+        """Whether a new TCP connection from ``host`` to the root address's ``port`` completes
+        within ``timeout`` seconds: a probe of a cut (the server's answer to the handshake is
+        what ``cut_replies`` drops), which a test confirms before it relies on the cut."""
+        probe = (
+            "import socket, sys\n"
+            "try:\n"
+            f"    socket.create_connection(({self.address!r}, {port}), timeout={timeout}).close()\n"
+            "except OSError:\n"
+            "    sys.exit(1)\n"
+        )
+        done = subprocess.run(
+            host.command(sys.executable, "-c", probe), capture_output=True, check=False
+        )
+        return done.returncode == 0
 
 
 @contextmanager
