@@ -110,6 +110,13 @@ LANE_ROW_TAKEN = """RAISE EXCEPTION
                       CONSTRAINT = 'ux_agent_action_lane_executing',
                       TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA,
                       DETAIL = format('Key (lane_key)=(%s) already exists.', NEW.lane_key);"""
+# A lane without its row (an older build's proposal, a row inserted by hand) gets one naming
+# the holder; a row another claim made meanwhile means the lane is taken.
+INSERT_LANE_ROW = f"""INSERT INTO outbox.action_lane (lane_key, exec_id) VALUES (NEW.lane_key, NEW.id)
+                    ON CONFLICT (lane_key) DO NOTHING;
+                IF NOT FOUND THEN
+                    {LANE_ROW_TAKEN}
+                END IF;"""
 LANE_ROW = [
     # Room on the lane rows' pages for the versions that change exec_id alone (no index names
     # it) to be HOT.
@@ -120,11 +127,7 @@ LANE_ROW = [
             UPDATE outbox.action_lane SET exec_id = NEW.id
              WHERE lane_key = NEW.lane_key AND (exec_id IS NULL OR exec_id = NEW.id);
             IF NOT FOUND THEN
-                INSERT INTO outbox.action_lane (lane_key, exec_id) VALUES (NEW.lane_key, NEW.id)
-                    ON CONFLICT (lane_key) DO NOTHING;
-                IF NOT FOUND THEN
-                    {LANE_ROW_TAKEN}
-                END IF;
+                {INSERT_LANE_ROW}
             END IF;
         ELSE
             UPDATE outbox.action_lane SET exec_id = NULL
@@ -167,11 +170,7 @@ LANE_ROW_LAZY = [
         SELECT exec_id INTO v_holder FROM outbox.action_lane
          WHERE lane_key = NEW.lane_key FOR UPDATE;
         IF NOT FOUND THEN
-            INSERT INTO outbox.action_lane (lane_key, exec_id) VALUES (NEW.lane_key, NEW.id)
-                ON CONFLICT (lane_key) DO NOTHING;
-            IF NOT FOUND THEN
-                {LANE_ROW_TAKEN}
-            END IF;
+            {INSERT_LANE_ROW}
             RETURN NULL;
         END IF;
         IF v_holder IS DISTINCT FROM NEW.id THEN

@@ -16,12 +16,12 @@ from .action import Action
 from .errors import InvalidRequest
 from .observability import count_ending
 from .operator_changes import (
-    SURFACES,
     Change,
     OperatorRefused,
     Resolution,
     Surface,
     change_many,
+    check_actor,
     written_or_refused,
 )
 from .outbox import Outbox
@@ -120,10 +120,7 @@ async def run_now(
 def _audit_fields(reason: str | None, by: str | None, surface: Surface) -> dict[str, Any]:
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         raise InvalidRequest("reason", "say why, or leave it out")
-    if by is not None and (not isinstance(by, str) or not by.strip()):
-        raise InvalidRequest("by", "name who does it, or leave it out for the database role")
-    if surface not in SURFACES:
-        raise InvalidRequest("surface", f"one of {', '.join(SURFACES)}, not {surface!r}")
+    check_actor(by, surface)
     return {"reason": (reason or NO_REASON).strip(), "by": by, "surface": surface}
 
 

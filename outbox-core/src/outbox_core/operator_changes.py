@@ -120,13 +120,18 @@ def _checked_input(
         raise InvalidRequest("ids", "an action id is a whole number from 1")
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidRequest("reason", "say why (it is kept in the action's audit)")
-    if by is not None and (not isinstance(by, str) or not by.strip()):
-        raise InvalidRequest("by", "name who does it, or leave it out for the database role")
+    check_actor(by, surface)
     if how is Resolution.DONE and (not isinstance(ref, str) or not ref.strip()):
         raise InvalidRequest("ref", "name the provider's reference of the effect found")
+    return sorted(set(ids))
+
+
+def check_actor(by: str | None, surface: str) -> None:
+    """Who (None: the database role) and from where, as every audit row names them."""
+    if by is not None and (not isinstance(by, str) or not by.strip()):
+        raise InvalidRequest("by", "name who does it, or leave it out for the database role")
     if surface not in SURFACES:
         raise InvalidRequest("surface", f"one of {', '.join(SURFACES)}, not {surface!r}")
-    return sorted(set(ids))
 
 
 async def _lock(conn: AsyncConnection[Any], outbox: Outbox, ids: list[int]) -> dict[int, _Locked]:

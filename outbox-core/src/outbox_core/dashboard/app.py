@@ -26,9 +26,8 @@ from ..migrations import MISSING_OBJECT
 from ..operator import OperatorRefused, cancel_unstarted, run_now
 from ..outbox import Outbox
 from ..search import DEFAULT_LIMIT, filter_from_text, find_actions, parse_limit
-from ..settings_section import hide_url
 from .bulk_routes import bulk_route
-from .operator_routes import authorized_form, operator_route
+from .operator_routes import authorized_form, first_line, operator_route
 from .panels import read_panels
 
 TOKEN_COOKIE = "outbox_dashboard_token"
@@ -257,16 +256,13 @@ def create_app(
 def database_down(exc: psycopg.Error, conninfo: str) -> str:
     """What the banner says when the panels cannot be read: the database's own first line (its
     password hidden), and what the page does about it."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first_line(exc, conninfo)
     if isinstance(exc, MISSING_OBJECT):
         return (
             f"outbox's schema, or a part of it that this build needs, is missing ({first}): "
             "run `outbox migrate`; this page tries again every few seconds"
         )
-    return (
-        f"cannot reach the database ({hide_url(first, conninfo)}); this page tries again every "
-        "few seconds"
-    )
+    return f"cannot reach the database ({first}); this page tries again every few seconds"
 
 
 async def _refreshes(conninfo: str, channel: str) -> AsyncIterator[str]:

@@ -20,7 +20,7 @@ from ..errors import InvalidFilter, InvalidRequest
 from ..operator_changes import ACTS_ON, Plan, Resolution, among_acted_on, change_many
 from ..outbox import Outbox
 from ..search import amatching_ids, filter_from_text
-from .operator_routes import authorized_form
+from .operator_routes import authorized_form, first_line
 
 # The most actions one bulk change may name (as `outbox retry --max`'s default).
 BULK_MAX = 1000
@@ -110,8 +110,7 @@ async def _step(
     except (InvalidFilter, InvalidRequest) as exc:
         return str(exc), 400
     except psycopg.OperationalError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"the bulk change did not run: {first}", 503
+        return f"the bulk change did not run: {first_line(exc, conninfo)}", 503
     context["plan"] = plan
     if plan.refusals:
         context["ok"] = False

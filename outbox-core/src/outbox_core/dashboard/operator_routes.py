@@ -17,9 +17,17 @@ from starlette.responses import PlainTextResponse, Response
 from ..errors import InvalidRequest
 from ..operator import OperatorRefused, resolve_absent, resolve_done, resolve_retry, retry
 from ..outbox import Outbox
+from ..settings_section import hide_url
 
 # The operations a form may name.
 OPERATIONS = ("resolve-done", "resolve-absent", "resolve-retry", "retry")
+
+
+def first_line(exc: psycopg.Error, conninfo: str) -> str:
+    """The database's own first line of an error, its password hidden: what every notice and
+    banner of the dashboard quotes."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return hide_url(first, conninfo)
 
 
 def STALE_FORM() -> Response:  # noqa: N802 (a fixed answer)
@@ -82,8 +90,7 @@ def operator_route(
         except OperatorRefused as exc:
             return await action_page(request, notice=str(exc), status=409, ok=False)
         except psycopg.OperationalError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            notice = f"{operation} of action {action_id} did not run: {first}"
+            notice = f"{operation} of action {action_id} did not run: {first_line(exc, conninfo)}"
             return await action_page(request, notice=notice, status=503, ok=False)
         return await action_page(request, notice=notice)
 
