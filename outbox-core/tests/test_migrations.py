@@ -147,10 +147,21 @@ def test_the_migrated_schema_is_what_the_code_expects(empty_db: str) -> None:
         assert {
             "ux_agent_action_lane_executing",
             "ux_agent_action_idempotency_key",
-            "ix_agent_action_lane_head",
+            "ix_agent_action_lane_id",
         } <= indexes
-        # Replaced by ix_agent_action_lane_head (0010), which also holds the proposals.
-        assert "ix_agent_action_lane_live" not in indexes
+        # Replaced by ix_agent_action_lane_head (0010), which also holds the proposals; that one
+        # and the other indexes that named `state` or `ended_at` dropped by 0021 (issue 34).
+        assert (
+            not {
+                "ix_agent_action_lane_live",
+                "ix_agent_action_lane_head",
+                "ux_agent_action_lane_executing_old",
+                "ix_agent_action_ended",
+                "ix_agent_action_expiry",
+                "ix_agent_action_uncertain",
+            }
+            & indexes
+        )
         triggers = {
             row[0] for row in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
         }
@@ -300,34 +311,37 @@ def test_the_printed_script_runs_a_no_transaction_file_without_begin(notx_line: 
 
 
 def test_the_uncertain_count_reads_only_uncertain_actions(empty_db: str) -> None:
+    """The gauge reads action_failure's UNCERTAIN rows (migration 20), never the ended
+    actions that retention keeps for 30 days."""
     with psycopg.connect(empty_db, autocommit=True) as conn:
         migrate(conn, "outbox", [])
-        assert conn.execute(
-            "SELECT indisvalid FROM pg_index "
-            "WHERE indexrelid = 'outbox.ix_agent_action_uncertain'::regclass"
-        ).fetchone() == (True,)
         conn.execute(
             "INSERT INTO outbox.action_kind (kind, at_most_once, instance_level, line) "
             "VALUES ('PROBE', false, true, 'test')"
         )
-        # Ended actions, as retention keeps them for 30 days; one in a thousand UNCERTAIN.
-        # (The trigger is off: these rows are written as they would be found, not lived.)
-        conn.execute("ALTER TABLE outbox.agent_action DISABLE TRIGGER USER")
+        # Ended actions, as retention keeps them for 30 days; one in a thousand UNCERTAIN,
+        # each claimed and ended as an executor would (the triggers keep action_failure).
         conn.execute(
             "INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key, "
-            "idempotency_key, max_attempts, state, ended_at, stop_reason) "
-            "SELECT 'PROBE', false, true, 'lane-' || g, 'key-' || g, 5, "
-            "CASE WHEN g % 1000 = 0 THEN 'UNCERTAIN' ELSE 'DONE' END, now(), 'TEST' "
+            "idempotency_key, max_attempts) "
+            "SELECT 'PROBE', false, true, 'lane-' || g, 'key-' || g, 5 "
             "FROM generate_series(1, 50000) g"
         )
-        conn.execute("ALTER TABLE outbox.agent_action ENABLE TRIGGER USER")
+        conn.execute(
+            "UPDATE outbox.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, "
+            "lease_until = now() + interval '1 minute'"
+        )
+        conn.execute(
+            "UPDATE outbox.agent_action SET state = CASE WHEN id % 1000 = 0 THEN 'UNCERTAIN' "
+            "ELSE 'DONE' END, stop_reason = 'TEST', payload = NULL, ended_at = now()"
+        )
         conn.execute("VACUUM ANALYZE outbox.agent_action")
+        conn.execute("VACUUM ANALYZE outbox.action_failure")
         query = core_queries("outbox")["uncertain_counts"]
         plan_text = "\n".join(
             row[0] for row in conn.execute("EXPLAIN " + query, {"kinds": ["PROBE"]})
         )
-        assert "ix_agent_action_uncertain" in plan_text, plan_text
-        assert "Seq Scan" not in plan_text, plan_text
+        assert "agent_action" not in plan_text, plan_text
         assert conn.execute(query, {"kinds": ["PROBE"]}).fetchall() == [("PROBE", 50)]
 
 

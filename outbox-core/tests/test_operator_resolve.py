@@ -273,7 +273,8 @@ async def test_the_audit_and_the_kept_payload_go_with_the_action_on_erasure_and_
     assert db.scalar(count, {"id": kept}) == 2
     with db.connect() as conn:
         conn.execute(
-            db.outbox.queries["retention_delete"], {"keep": -60, "kinds": ["TEST_SCRIPTED"]}
+            db.outbox.queries["retention_delete"],
+            {"keep": -60, "kind": "TEST_SCRIPTED", "after": 0, "limit": 1000},
         )
         conn.commit()
     assert db.scalar(count, {"id": kept}) == 0

@@ -261,7 +261,7 @@ class Executor:
         deadline = time.monotonic() + timeout
         async with rt.connection() as conn:
             await conn.execute(rt.queries["make_due"], rt.filter_params())
-        await self.maintenance.sweep_expired()
+        await self.maintenance.sweep_expired(full=True)
         # Counted as they start, not as settle() sees them finish: an attempt may end while a
         # later claim group is still being claimed, before settle() looks.
         started_before = self.attempts.started
@@ -291,7 +291,7 @@ class Executor:
         rt = self.rt
         await self.open()
         before = rt.progress.counts()
-        await self.maintenance.sweep_expired()
+        await self.maintenance.sweep_expired(full=True)
         await self.maintenance.sweep_retention()
         await self._claim_until_none_due(None, "")
         return {name: count - before[name] for name, count in rt.progress.counts().items()}
@@ -331,9 +331,11 @@ class Executor:
 
     # -- maintenance, for callers that run it themselves -----------------------------------
 
-    async def sweep_expired(self) -> int:
-        """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""
-        return await self.maintenance.sweep_expired()
+    async def sweep_expired(self, *, full: bool = True) -> int:
+        """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED):
+        every one, or with ``full=False`` those that came due since this executor's last sweep
+        (as its maintenance loop does)."""
+        return await self.maintenance.sweep_expired(full=full)
 
     async def sweep_retention(self) -> int:
         """Delete ended actions older than the retention, of the kinds that keep it."""

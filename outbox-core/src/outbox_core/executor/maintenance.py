@@ -8,6 +8,7 @@ import asyncio
 import logging
 import random
 import time
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -22,6 +23,19 @@ from .runtime import Runtime
 # many of unknown head), earliest first: the cost of a sample stays bounded when a backlog of
 # due lanes piles up, and a due count of this many reads "this many or more".
 DUE_LANES_READ = 10_000
+# Expiry reads the expiries that came due since its last sweep (no index of admitted actions
+# only: migration 21), from this long before that sweep, for the enqueues that committed
+# after it with an expiry already past; and every expiry when the executor starts and once
+# every EXPIRY_FULL_SECONDS after, for anything those windows missed.
+EXPIRY_MARGIN = timedelta(seconds=60)
+EXPIRY_FULL_SECONDS = 3600.0
+# Retention reads a kind's actions in id order, at most this many a statement, and at most
+# RETENTION_STATEMENTS statements a pass, shared by the kinds (each kind at least
+# RETENTION_KIND_STATEMENTS): a pass's cost stays bounded however many old live actions a
+# kind holds, and a kind that has more to read goes on from there at the next pass.
+RETENTION_WALK = 1000
+RETENTION_STATEMENTS = 100
+RETENTION_KIND_STATEMENTS = 10
 
 
 class Maintenance:
@@ -31,6 +45,12 @@ class Maintenance:
         self._full_counted_at: float | None = None
         # The last full counts, published between them: waiting, proposed, lanes blocked.
         self._full_counts: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
+        # Expiry: the expiries after this time are read (None: every one), and when it last
+        # read every one (monotonic).
+        self._expiry_since: datetime | None = None
+        self._expiry_full_at: float | None = None
+        # Retention: where each kind's walk goes on from (absent: from its first action).
+        self._retention_after: dict[str, int] = {}
 
     async def loop(self) -> None:
         rt = self.rt
@@ -60,12 +80,31 @@ class Maintenance:
         async with self.rt.connection() as conn:
             await conn.execute(self.rt.queries["waiting_sweep"])
 
-    async def sweep_expired(self) -> int:
-        """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED)."""
-        params = {"limit": 500, **self.rt.filter_params()}
+    async def sweep_expired(self, *, full: bool = False) -> int:
+        """End admitted actions past their expiry anywhere in their lane (CANCELLED, EXPIRED):
+        those that came due since the last sweep (less :data:`EXPIRY_MARGIN`), every one at
+        the first sweep, every :data:`EXPIRY_FULL_SECONDS` and when ``full``."""
+        full = (
+            full
+            or self._expiry_since is None
+            or self._expiry_full_at is None
+            or time.monotonic() - self._expiry_full_at >= EXPIRY_FULL_SECONDS
+        )
+        limit = 500
+        params = {
+            "limit": limit,
+            "since": "-infinity" if full else self._expiry_since,
+            **self.rt.filter_params(),
+        }
         async with self.rt.connection() as conn:
+            cursor = await conn.execute(self.rt.queries["database_now"])
+            now = (await cursor.fetchall())[0][0]
             cursor = await conn.execute(self.rt.queries["expired_actions"], params)
             rows = await cursor.fetchall()
+        if len(rows) < limit:  # else more are due in the window: read it again next time
+            self._expiry_since = now - EXPIRY_MARGIN
+            if full:
+                self._expiry_full_at = time.monotonic()
         endings = [
             Ending(
                 action_id,
@@ -83,19 +122,32 @@ class Maintenance:
         return sum(answers)
 
     async def sweep_retention(self) -> int:
-        """Delete ended actions older than the retention, of the kinds that keep it."""
+        """Delete ended actions older than the retention, of the kinds that keep it: each
+        kind's actions walked in id order up to the first one enqueued after the cutoff, a
+        bounded number of statements a pass (see :data:`RETENTION_STATEMENTS`)."""
         rt = self.rt
         kinds = [kind for kind, entry in rt.entries.items() if entry.adapter.retained]
+        if not kinds:
+            return 0
         keep = rt.settings.retention_days * 86400.0
+        share = max(RETENTION_KIND_STATEMENTS, RETENTION_STATEMENTS // len(kinds))
         deleted = 0
         async with rt.connection() as conn:
-            for _ in range(100):
-                cursor = await conn.execute(
-                    rt.queries["retention_delete"], {"keep": keep, "kinds": kinds}
-                )
-                deleted += cursor.rowcount
-                if cursor.rowcount < 1000:
-                    break
+            for kind in kinds:
+                for _ in range(share):
+                    params = {
+                        "kind": kind,
+                        "after": self._retention_after.get(kind, 0),
+                        "limit": RETENTION_WALK,
+                        "keep": keep,
+                    }
+                    cursor = await conn.execute(rt.queries["retention_delete"], params)
+                    gone, over, last = (await cursor.fetchall())[0]
+                    deleted += gone
+                    if over:  # the next pass starts from the kind's first action again
+                        self._retention_after.pop(kind, None)
+                        break
+                    self._retention_after[kind] = last
         if deleted:
             event("retention.deleted", count=deleted)
         return deleted

@@ -283,12 +283,17 @@ SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_accou
  ORDER BY id
 
 -- name: lane_actions
--- A read of one lane does not filter either (see actions_by_keys).
+-- A read of one lane does not filter either (see actions_by_keys). Its live actions are read
+-- from the lane row's head_id on (at or below the lowest live id), past the lane's ended ones.
 SELECT id, kind, workspace_id, lane_key, idempotency_key, payload, subject_account_id, state,
        attempt, max_attempts, epoch, due_at, expires_at, lease_until, write_started_at,
        ended_at, stop_reason, readback_ref, last_result, created_at, last_detail
   FROM {schema}.agent_action
- WHERE lane_key = %(lane_key)s AND (%(live_only)s IS FALSE OR state IN ('PROPOSED', 'ADMITTED', 'EXECUTING'))
+ WHERE lane_key = %(lane_key)s
+   AND (%(live_only)s IS FALSE
+        OR state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+           AND id >= coalesce((SELECT l.head_id FROM {schema}.action_lane l
+                                WHERE l.lane_key = %(lane_key)s), 0))
  ORDER BY id
 
 -- name: registered_kinds
@@ -337,16 +342,19 @@ WITH f AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(epochs)b::bigint[]) AS f(id, epoch)
 ), free AS (
     -- The margin is read per row as it is locked (the row lock keeps lease_until as read).
+    -- One probe of the primary key per fence (a lateral subquery): no index names `state`
+    -- (migration 21), and as a join the planner took the state's rarity for the join's and
+    -- scanned the table once per batch.
     SELECT a.id, a.lease_until,
            a.lease_until >= clock_timestamp() + make_interval(secs => %(margin)s) AS roomy
-      FROM {schema}.agent_action a JOIN f ON a.id = f.id AND a.epoch = f.epoch
-     WHERE a.state = 'EXECUTING'
-       FOR NO KEY UPDATE OF a SKIP LOCKED
+      FROM f CROSS JOIN LATERAL (
+           SELECT a.id, a.lease_until FROM {schema}.agent_action a
+            WHERE a.id = f.id AND a.epoch = f.epoch AND a.state = 'EXECUTING'
+              FOR NO KEY UPDATE SKIP LOCKED) a
 ), fenced AS (
     UPDATE {schema}.agent_action a
        SET write_started_at = coalesce(a.write_started_at, now())
-      FROM free
-     WHERE a.id = free.id AND free.roomy
+     WHERE a.id = ANY(ARRAY(SELECT free.id FROM free WHERE free.roomy))
     RETURNING a.id
 )
 SELECT id, NULL::float8, false FROM fenced
@@ -358,8 +366,10 @@ SELECT id, extract(epoch FROM lease_until - clock_timestamp())::float8, false
 UNION ALL
 SELECT a.id, extract(epoch FROM a.lease_until - clock_timestamp())::float8, true
   FROM (SELECT * FROM f WHERE f.id NOT IN (SELECT id FROM free)) busy  -- hashed, and first
-  JOIN {schema}.agent_action a ON a.id = busy.id AND a.epoch = busy.epoch
- WHERE a.state = 'EXECUTING'
+  CROSS JOIN LATERAL (
+       SELECT a.id, a.lease_until FROM {schema}.agent_action a
+        WHERE a.id = busy.id AND a.epoch = busy.epoch AND a.state = 'EXECUTING'
+       OFFSET 0) a  -- OFFSET 0: a probe per row, not a join the planner orders again
 
 -- name: hold_lease
 -- Opens an adapter's domain transaction under its lease: the row lock keeps any other claim
@@ -434,8 +444,9 @@ SELECT 'claim', a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.p
        a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch,
        a.expires_at, a.lease_until, a.write_started_at, a.created_at,
        coalesce(a.trace_context, '{}')
-  FROM {schema}.agent_action a
- WHERE a.lane_key = ANY(%(lanes)s) AND a.state = 'EXECUTING' AND NOT (a.id = ANY(%(ended)s))
+  FROM {schema}.action_executing x
+  JOIN {schema}.agent_action a ON a.id = x.action_id
+ WHERE x.lane_key = ANY(%(lanes)s) AND a.state = 'EXECUTING' AND NOT (a.id = ANY(%(ended)s))
    AND a.xmin IN (SELECT e.xmin FROM {schema}.agent_action e WHERE e.id = ANY(%(ended)s))
 
 -- name: lower_lanes_wait
@@ -449,27 +460,56 @@ UPDATE {schema}.action_lane l
 -- Admitted actions past their expiry anywhere in a lane (the claim ends expired heads; this
 -- sweep ends the ones behind them too, so their domain rows move on). Only rows this build
 -- decodes, and only those whose write never started (as claim_locked_v1 since 0009: one whose
--- write may have reached the provider is claimed and reads back instead).
+-- write may have reached the provider is claimed and reads back instead). Only the expiries
+-- after %(since)s: ix_agent_action_expires_at holds every action with an expiry, the ended
+-- ones too until retention deletes them (no index may name `state`: migration 21), so the
+-- executor reads the expiries that came due since its last sweep, and every one ('-infinity')
+-- when it starts and once an hour (outbox_core/executor/maintenance.py).
 SELECT id, kind, lane_key, epoch
   FROM {schema}.agent_action a
- WHERE a.state = 'ADMITTED' AND a.expires_at <= now() AND a.write_started_at IS NULL
+ WHERE a.expires_at > %(since)s AND a.expires_at <= now()
+   AND a.state = 'ADMITTED' AND a.write_started_at IS NULL
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  ORDER BY a.expires_at
  LIMIT %(limit)s
 
 -- name: retention_delete
--- Ended actions of retained kinds, older than the retention, in bounded batches. Ended rows
--- have no payload, so this selects by kind only.
-WITH doomed AS (
-    SELECT id FROM {schema}.agent_action
-     WHERE ended_at < now() - make_interval(secs => %(keep)s)
-       AND kind = ANY(%(kinds)s::text[])
-     ORDER BY ended_at
-     LIMIT 1000
+-- Ended actions of one retained kind, older than the retention (ended rows have no payload,
+-- so this selects by kind only): the kind's actions in id order after %(after)s, at most
+-- %(limit)s of them, through ix_agent_action_kind_id (no index names ended_at: an ending
+-- writes it, and migration 21 keeps endings HOT). An action that ended before the cutoff was
+-- enqueued, and its id drawn, before the cutoff, so it is below every action created after
+-- the cutoff: the walk stops at the first of those, and never reads the kind's recent
+-- actions. What it steps over (actions enqueued before the cutoff that are live or ended
+-- since) it reads again on its next pass. Returns how many it deleted, whether the pass is
+-- over (it reached the recent actions or the kind's last), and the last id it read (the
+-- caller's next %(after)s).
+WITH walked AS MATERIALIZED (
+    SELECT a.id, a.ended_at, a.created_at
+      FROM {schema}.agent_action a
+     WHERE a.kind = %(kind)s AND a.id > %(after)s
+     ORDER BY a.id
+     LIMIT %(limit)s
+), recent AS (
+    SELECT min(w.id) AS id FROM walked w
+     WHERE w.created_at >= now() - make_interval(secs => %(keep)s)
+), doomed AS (
+    -- ended_at again on the locked row: an UNCERTAIN action read back again since the walk
+    -- is live.
+    SELECT a.id FROM {schema}.agent_action a
+     WHERE a.id = ANY(ARRAY(SELECT w.id FROM walked w
+                             WHERE w.ended_at < now() - make_interval(secs => %(keep)s)
+                               AND (w.id < (SELECT id FROM recent)
+                                    OR (SELECT id FROM recent) IS NULL)))
+       AND a.ended_at < now() - make_interval(secs => %(keep)s)
        FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.agent_action a USING doomed d WHERE a.id = d.id RETURNING a.id
 )
-DELETE FROM {schema}.agent_action a USING doomed d WHERE a.id = d.id
+SELECT (SELECT count(*) FROM gone),
+       (SELECT id FROM recent) IS NOT NULL OR (SELECT count(*) FROM walked) < %(limit)s,
+       (SELECT max(id) FROM walked)
 
 -- name: lock_subject_lanes
 -- Erasure takes the lanes of the subject's actions first, in key order, as a claim and a settle
@@ -547,7 +587,9 @@ WITH due AS (
      WHERE state = 'ADMITTED' AND due_at > now()
 ), leases AS (
     UPDATE {schema}.agent_action a SET lease_until = now()
-     WHERE a.state = 'EXECUTING' AND a.lease_until > now() AND a.last_result = 'Reread'
+      FROM {schema}.action_executing x
+     WHERE a.id = x.action_id
+       AND a.state = 'EXECUTING' AND a.lease_until > now() AND a.last_result = 'Reread'
        AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
 )
@@ -565,7 +607,8 @@ UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
 -- Only a lane whose next_at has come can have a due head (next_at is a lower bound of when
 -- its head falls due or its lease ends), so this reads those lanes through
 -- ix_action_lane_next, kind by kind and then the lanes of unknown head, at most %(limit)s of
--- each (NULL: all), earliest look first, and finds each head as the claim does (three index
+-- each (NULL: all), earliest look first, and finds each head as the claim does (its executing
+-- action in action_executing, else its first live action from head_id on: three index
 -- probes). It never reads the actions behind the heads, nor a lane whose head waits: its cost
 -- is the due heads', not the backlog's.
 WITH looks AS (
@@ -592,9 +635,7 @@ SELECT h.kind,
        (min(ARRAY[extract(epoch FROM h.due_since)::float8, h.id::float8]))[2]::bigint
            AS oldest_due_id
   FROM looks l
-  LEFT JOIN LATERAL (
-        SELECT e.id FROM {schema}.agent_action e
-         WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
+  LEFT JOIN {schema}.action_executing x ON x.lane_key = l.lane_key
   LEFT JOIN LATERAL (
         SELECT f.id FROM {schema}.agent_action f
          WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
@@ -605,7 +646,7 @@ SELECT h.kind,
         SELECT h.id, h.kind, h.state, h.due_at, h.lease_until, h.payload, h.idempotency_key,
                CASE WHEN h.state = 'ADMITTED' THEN h.due_at ELSE h.lease_until END AS due_since
           FROM {schema}.agent_action h
-         WHERE h.id = coalesce(x.id, f.id) LIMIT 1) h ON true
+         WHERE h.id = coalesce(x.action_id, f.id) LIMIT 1) h ON true
  WHERE (h.state = 'ADMITTED' AND h.due_at <= now()
         OR h.state = 'EXECUTING' AND h.lease_until <= now())
    AND {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
@@ -614,10 +655,11 @@ SELECT h.kind,
 
 -- name: backlog_executing
 -- Executing actions under a live lease, by kind, for rows this build decodes: a pass over
--- ux_agent_action_lane_executing, whose entries are the executing actions only (at most one
--- a lane, and no more than the executors' concurrency).
+-- action_executing, one row per executing action (at most one a lane, and no more than the
+-- executors' concurrency), and a probe of each.
 SELECT a.kind, count(*)
-  FROM {schema}.agent_action a
+  FROM {schema}.action_executing x
+  JOIN {schema}.agent_action a ON a.id = x.action_id
  WHERE a.state = 'EXECUTING' AND a.lease_until > now()
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
@@ -628,18 +670,25 @@ SELECT a.kind, count(*)
 -- every live action, so the executor counts it with the blocked lanes, once a minute. The
 -- waiting actions are the admitted ones less the due heads (backlog_due, read in the same
 -- snapshot). Proposals are live and hold their lanes: counted apart, as they wait for an
--- admission, not for an executor.
+-- admission, not for an executor. Every live action has its lane's row, at or after its
+-- head_id (enqueue keeps head_id at or below the lowest live id; a claim moves it to the head):
+-- the actions are read lane by lane from there, so the ended actions of the last days, which
+-- no index of live ones separates any more (migration 21), are not read.
 SELECT a.kind,
        count(*) FILTER (WHERE a.state = 'ADMITTED') AS admitted,
        count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
-  FROM {schema}.agent_action a
+  FROM {schema}.action_lane l
+  JOIN {schema}.agent_action a
+    ON a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
  WHERE a.state IN ('PROPOSED', 'ADMITTED')
    AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  GROUP BY a.kind
 
 -- name: uncertain_counts
-SELECT kind, count(*) FROM {schema}.agent_action
+-- The UNCERTAIN actions by kind: action_failure's rows (migration 20), through its index of
+-- UNCERTAIN ones.
+SELECT kind, count(*) FROM {schema}.action_failure
  WHERE state = 'UNCERTAIN' AND kind = ANY(%(kinds)s::text[])
  GROUP BY kind
 
@@ -647,33 +696,22 @@ SELECT kind, count(*) FROM {schema}.agent_action
 -- Lanes whose head waits (a proposal not yet admitted, a retry backoff, a deferral, a row this
 -- build cannot decode) with an action behind it; a proposal's head_due is NULL (it has no due
 -- time until it is admitted); "since" is when the first action behind the head was enqueued. The head
--- is found as the claim finds it: the lane's executing action, else its first live action
--- from action_lane.head_id on (which may lag behind: a chained claim leaves the lane row alone
--- seven times in eight). Only lanes with two live actions or more can be blocked: one pass
--- over the live-lane index finds them, where a look behind every lane's head cost a million
--- index descents with a million lanes pending.
-WITH crowded AS MATERIALIZED (
-    SELECT c.lane_key FROM {schema}.agent_action c
-     WHERE c.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
-     GROUP BY c.lane_key
-    HAVING count(*) > 1
-)
+-- is found as the claim finds it: the lane's executing action (action_executing), else its
+-- first live action from action_lane.head_id on (which may lag behind: a chained claim leaves
+-- the lane row alone seven times in eight). Lane by lane, from the lane rows: every live
+-- action has one, and the ended actions of the last days, which no index of live ones
+-- separates any more (migration 21), are not read. A lane whose head does not wait costs its
+-- head's probes only; the look behind the head is made for the waiting heads.
 SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
        CASE WHEN h.state <> 'PROPOSED' THEN h.due_at END AS head_due,
        b.created_at AS since,
        NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
            AS foreign_head
-  FROM crowded c
-  -- One index lookup each per crowded lane. The planner cannot know how few lanes are
-  -- crowded; as plain joins it guessed 20 times too many and hashed both whole tables.
-  -- LIMIT keeps each lookup a lookup.
-  JOIN LATERAL (
-        SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
-         WHERE l.lane_key = c.lane_key LIMIT 1) l ON true
-  LEFT JOIN LATERAL (
-        SELECT e.id FROM {schema}.agent_action e
-         WHERE e.lane_key = l.lane_key AND e.state = 'EXECUTING') x ON true
+  FROM {schema}.action_lane l
+  -- One index lookup each per lane; LIMIT keeps each lookup a lookup (as plain joins the
+  -- planner hashed whole tables).
+  LEFT JOIN {schema}.action_executing x ON x.lane_key = l.lane_key
   JOIN LATERAL (
         SELECT f.id FROM {schema}.agent_action f
          WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
@@ -682,7 +720,7 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
   JOIN LATERAL (
         SELECT h.id, h.kind, h.state, h.due_at, h.payload, h.idempotency_key
           FROM {schema}.agent_action h
-         WHERE h.id = coalesce(x.id, f.id) LIMIT 1) h ON true
+         WHERE h.id = coalesce(x.action_id, f.id) LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
          WHERE w.lane_key = l.lane_key AND w.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
@@ -699,23 +737,27 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
 -- name: retrying_actions
 -- For `outbox status`: the live actions whose last attempt did not end them (a Retry, a
 -- Defer, a Reread, an attempt that raised), with that attempt's detail, the soonest to run
--- again first. A pass over the live actions, as the blocked lanes: status runs once, when an
--- operator asks; the executor never runs it.
+-- again first. A pass over the live actions, lane by lane as backlog_counts reads them:
+-- status runs once, when an operator asks; the executor never runs it.
 SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
        a.last_detail, CASE WHEN a.state = 'ADMITTED' THEN a.due_at ELSE a.lease_until END AS at
-  FROM {schema}.agent_action a
+  FROM {schema}.action_lane l
+  JOIN {schema}.agent_action a
+    ON a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
  WHERE a.state IN ('ADMITTED', 'EXECUTING') AND a.last_result IN ('Retry', 'Defer', 'Reread')
  ORDER BY at, a.id
  LIMIT %(limit)s
 
 -- name: recent_failures
 -- For `outbox status`: the actions that ended FAILED or UNCERTAIN in the last day, newest
--- first, with their last attempt's detail (ix_agent_action_ended, read from its end).
+-- first, with their last attempt's detail (action_failure's index of endings, read from its
+-- end).
 SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
        a.last_detail, a.ended_at AS at, a.stop_reason
-  FROM {schema}.agent_action a
- WHERE a.ended_at > now() - interval '1 day' AND a.state IN ('FAILED', 'UNCERTAIN')
- ORDER BY a.ended_at DESC, a.id DESC
+  FROM {schema}.action_failure f
+  JOIN {schema}.agent_action a ON a.id = f.action_id
+ WHERE f.ended_at > now() - interval '1 day'
+ ORDER BY f.ended_at DESC, f.action_id DESC
  LIMIT %(limit)s
 
 -- name: register_kind
@@ -739,24 +781,27 @@ SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at I
 SELECT kind, state, count(*) FROM {schema}.agent_action GROUP BY kind, state ORDER BY kind, state
 
 -- name: dashboard_uncertain
--- The UNCERTAIN actions to review, newest first (the partial index of UNCERTAIN rows).
-SELECT id, kind, lane_key, readback_ref, stop_reason, ended_at
-  FROM {schema}.agent_action
- WHERE state = 'UNCERTAIN'
- ORDER BY id DESC
+-- The UNCERTAIN actions to review, newest first (action_failure's UNCERTAIN rows).
+SELECT a.id, a.kind, a.lane_key, a.readback_ref, a.stop_reason, a.ended_at
+  FROM {schema}.action_failure f
+  JOIN {schema}.agent_action a ON a.id = f.action_id
+ WHERE f.state = 'UNCERTAIN'
+ ORDER BY f.action_id DESC
  LIMIT %(limit)s
 
 -- name: dashboard_failures
--- Failures of the last day by kind and stop reason (through the index of ended actions).
-SELECT kind, stop_reason, count(*), max(ended_at)
-  FROM {schema}.agent_action
- WHERE state = 'FAILED' AND ended_at > now() - interval '1 day'
- GROUP BY kind, stop_reason
- ORDER BY count(*) DESC, kind, stop_reason
+-- Failures of the last day by kind and stop reason (action_failure's index of endings).
+SELECT a.kind, a.stop_reason, count(*), max(a.ended_at)
+  FROM {schema}.action_failure f
+  JOIN {schema}.agent_action a ON a.id = f.action_id
+ WHERE f.state = 'FAILED' AND f.ended_at > now() - interval '1 day'
+ GROUP BY a.kind, a.stop_reason
+ ORDER BY count(*) DESC, a.kind, a.stop_reason
 
 -- name: dashboard_throughput
 -- Actions ended in each minute of the last hour, by the state they ended in; minutes without
--- any are left out (the page draws them as empty).
+-- any are left out (the page draws them as empty). A pass over the table, as the state counts
+-- above: no index names ended_at (an ending writes it, and migration 21 keeps endings HOT).
 SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
   FROM {schema}.agent_action
  WHERE ended_at > now() - interval '1 hour'

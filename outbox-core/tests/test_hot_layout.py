@@ -1,0 +1,292 @@
+"""The layout that makes a claim and an ending HOT updates (migrations 20 and 21, issue 34), rule
+by rule: no index of agent_action names a column that a claim, a fence or an ending changes;
+action_executing holds exactly the executing actions, one a lane, whoever writes the actions,
+and nothing else writes it; action_failure holds exactly the failed and uncertain actions.
+Each test fails when its rule is dropped (test_lane_rule.py holds the lane rule itself against
+every client)."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+
+import psycopg
+import pytest
+
+from outbox_core import ActionRequest
+from outbox_core.operator import resolve_absent
+from outbox_core.testing import OutboxTestDatabase
+
+from .operator_support import ended_by_executor, fence_then_uncertain
+
+# What a claim, a fence, a reread, a retry, a deferral and an ending write (claim_locked_v1,
+# begin_write, settle_v2): an index naming any of them makes those updates write an entry into
+# every index of the table.
+CHANGED_BY_EXECUTOR = (
+    "state",
+    "epoch",
+    "attempt",
+    "lease_until",
+    "due_at",
+    "write_started_at",
+    "ended_at",
+    "stop_reason",
+    "readback_ref",
+    "last_result",
+    "last_detail",
+    "payload",
+)
+
+
+def enqueue(db: OutboxTestDatabase, lane: str, key: str, kind: str = "TEST_NOOP") -> int:
+    with db.connect() as conn:
+        action_id = db.outbox.enqueue(conn, ActionRequest(kind, lane, key)).id
+        conn.commit()
+    return action_id
+
+
+def sql(db: OutboxTestDatabase, query: str) -> str:
+    return query.replace("{schema}", f'"{db.schema}"')
+
+
+def holders(db: OutboxTestDatabase) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """action_executing's rows, and the executing actions, by lane."""
+    return (
+        db.rows("SELECT lane_key, action_id FROM {schema}.action_executing ORDER BY 1"),
+        db.rows(
+            "SELECT lane_key, id FROM {schema}.agent_action WHERE state = 'EXECUTING' ORDER BY 1"
+        ),
+    )
+
+
+def test_no_index_of_agent_action_names_a_column_that_the_executor_changes(
+    db: OutboxTestDatabase,
+) -> None:
+    definitions = db.rows(
+        "SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index "
+        "WHERE indrelid = %s::regclass",
+        (f'"{db.schema}".agent_action',),
+    )
+    assert definitions
+    named = {
+        index: sorted(c for c in CHANGED_BY_EXECUTOR if re.search(rf"\b{c}\b", definition))
+        for index, definition in definitions
+    }
+    assert {index: columns for index, columns in named.items() if columns} == {}
+
+
+def test_a_claim_a_fence_and_an_ending_are_hot_updates(db: OutboxTestDatabase) -> None:
+    """On a page with room, the executor's claim, fence and ending of an action write no index
+    entry (n_tup_hot_upd counts every update). One index on `state` makes them all cold."""
+    ids = [enqueue(db, f"lane-{n}", f"k-{n}", kind="TEST_FENCED") for n in range(4)]
+    db.drain()
+    assert db.rows(
+        "SELECT count(*) FROM {schema}.agent_action WHERE state = 'DONE' AND id = ANY(%s)", (ids,)
+    ) == [(4,)]
+    # Each executor backend reports its counts when it exits; the drain closed them.
+    counts: list[tuple[int, int]] = []
+    for _ in range(100):
+        counts = db.rows(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE schemaname = %s AND relname = 'agent_action'",
+            (db.schema,),
+        )
+        if counts and counts[0][0] >= 12:
+            break
+        time.sleep(0.05)
+        db.execute("SELECT pg_stat_clear_snapshot()")
+    updates, hot = counts[0]
+    assert updates == 12  # a claim, a fence and an ending each
+    assert hot == updates
+
+
+def test_the_action_table_leaves_half_of_each_page_free_for_those_versions(
+    db: OutboxTestDatabase,
+) -> None:
+    """A claim's and an ending's versions are HOT only if they fit on the row's page: at
+    fillfactor 50 (measured in docs/benchmarks.md, "HOT claims and endings")."""
+    options = db.scalar(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f'"{db.schema}".agent_action',)
+    )
+    assert "fillfactor=50" in options
+
+
+CLAIM_BY_HAND = (
+    "UPDATE {schema}.agent_action SET state = 'EXECUTING', epoch = epoch + 1, "
+    "attempt = attempt + 1, lease_until = now() + make_interval(secs => %s) "
+    "WHERE id = %s AND state = 'ADMITTED'"
+)
+RECLAIM_BY_HAND = (
+    "UPDATE {schema}.agent_action SET epoch = epoch + 1, attempt = attempt + 1, "
+    "lease_until = now() + interval '5 minutes' "
+    "WHERE id = %s AND state = 'EXECUTING' AND lease_until <= now()"
+)
+END_BY_HAND = (
+    "UPDATE {schema}.agent_action SET state = %s, stop_reason = 'TEST', payload = NULL "
+    "WHERE id = %s AND state = 'EXECUTING'"
+)
+RETRY_BY_HAND = (
+    "UPDATE {schema}.agent_action SET state = 'ADMITTED', lease_until = NULL "
+    "WHERE id = %s AND state = 'EXECUTING'"
+)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_action_executing_holds_exactly_the_executing_actions_whoever_writes_them(
+    db: OutboxTestDatabase, seed: int
+) -> None:
+    """Claims by the claim function and by hand (refused where the lane is held), reclaims of
+    run-out leases, endings in every state, retries, an ending and the next claim of a lane in
+    one statement, and deletes of executing actions, in a random order: after each,
+    action_executing is the executing actions, lane for lane."""
+    rng = random.Random(seed)
+    refusals: list[str | None] = []
+    lanes = [f"lane-{n}" for n in range(5)]
+    serial = 0
+    kinds = db.outbox.registry.filter(["TEST_NOOP"])
+    claim = db.outbox.queries["claim"]
+    with db.connect(autocommit=True) as conn:
+        for _ in range(120):
+            live = db.rows(
+                "SELECT id, lane_key, state, lease_until <= now() FROM {schema}.agent_action "
+                "WHERE state IN ('ADMITTED', 'EXECUTING') ORDER BY id"
+            )
+            admitted = [row for row in live if row[2] == "ADMITTED"]
+            executing = [row for row in live if row[2] == "EXECUTING"]
+            step = rng.choice(
+                ["enqueue", "claim", "by hand", "end", "retry", "reclaim", "swap", "delete"]
+            )
+            try:
+                if step == "enqueue" or not live:
+                    serial += 1
+                    enqueue(db, rng.choice(lanes), f"k-{serial}")
+                elif step == "claim":
+                    lease = rng.choice([0.001, 300.0])
+                    conn.execute(
+                        claim,
+                        {
+                            "limit": 3,
+                            "lease": lease,
+                            "kinds": kinds.kinds,
+                            "paths": kinds.paths,
+                            "suffixes": kinds.suffixes,
+                            "traced": False,
+                        },
+                    ).fetchall()
+                elif step == "by hand" and admitted:
+                    target = rng.choice(admitted)[0]
+                    conn.execute(sql(db, CLAIM_BY_HAND), (rng.choice([0.001, 300.0]), target))
+                elif step == "end" and executing:
+                    state = rng.choice(["DONE", "FAILED", "UNCERTAIN", "CANCELLED"])
+                    conn.execute(sql(db, END_BY_HAND), (state, rng.choice(executing)[0]))
+                elif step == "retry" and executing:
+                    conn.execute(sql(db, RETRY_BY_HAND), (rng.choice(executing)[0],))
+                elif step == "reclaim" and executing:
+                    conn.execute(sql(db, RECLAIM_BY_HAND), (rng.choice(executing)[0],))
+                elif step == "swap" and executing:
+                    # The lane's holder ends and its next admitted action is claimed, by one
+                    # statement.
+                    holder, lane = rng.choice(executing)[:2]
+                    behind = [row[0] for row in admitted if row[1] == lane]
+                    if behind:
+                        conn.execute(
+                            sql(
+                                db,
+                                "UPDATE {schema}.agent_action SET "
+                                "state = CASE WHEN id = %(h)s THEN 'DONE' ELSE 'EXECUTING' END, "
+                                "stop_reason = CASE WHEN id = %(h)s THEN 'TEST' END, "
+                                "payload = CASE WHEN id = %(h)s THEN NULL ELSE payload END, "
+                                "epoch = CASE WHEN id = %(h)s THEN epoch ELSE epoch + 1 END, "
+                                "attempt = CASE WHEN id = %(h)s THEN attempt ELSE attempt + 1 END, "
+                                "lease_until = CASE WHEN id = %(h)s THEN lease_until "
+                                "ELSE now() + interval '5 minutes' END "
+                                "WHERE id IN (%(h)s, %(b)s)",
+                            ),
+                            {"h": holder, "b": behind[0]},
+                        )
+                elif step == "delete" and executing:
+                    conn.execute(
+                        sql(db, "DELETE FROM {schema}.agent_action WHERE id = %s"),
+                        (rng.choice(executing)[0],),
+                    )
+            except psycopg.errors.UniqueViolation as exc:
+                # A second action of a held lane: refused, and by the lane rule's index.
+                refusals.append(exc.diag.constraint_name)
+            side, actual = holders(db)
+            assert side == actual, step
+            assert len({lane for lane, _ in actual}) == len(actual)
+    assert set(refusals) <= {"ux_agent_action_lane_executing"}
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "DELETE FROM {schema}.action_executing",
+        "UPDATE {schema}.action_executing SET action_id = action_id + 1000",
+        "UPDATE {schema}.action_executing SET lane_key = 'elsewhere'",
+        "INSERT INTO {schema}.action_executing (lane_key, action_id) VALUES ('lane-b', 1)",
+        "TRUNCATE {schema}.action_executing",
+    ],
+)
+def test_no_write_to_action_executing_but_its_triggers_is_taken(
+    db: OutboxTestDatabase, write: str
+) -> None:
+    """A deleted or changed row would let a second action of the lane execute; an invented
+    one would hold a lane for nobody."""
+    head = enqueue(db, "lane-a", "a-1")
+    enqueue(db, "lane-a", "a-2")
+    db.execute(CLAIM_BY_HAND, (300.0, head))
+    with pytest.raises(psycopg.errors.RestrictViolation, match="written only by"):
+        db.execute(write)
+    assert holders(db) == ([("lane-a", head)], [("lane-a", head)])
+
+
+def test_a_truncate_of_the_actions_empties_the_lanes_they_held(db: OutboxTestDatabase) -> None:
+    head = enqueue(db, "lane-a", "a-1")
+    db.execute(CLAIM_BY_HAND, (300.0, head))
+    db.execute("TRUNCATE {schema}.agent_action CASCADE")
+    assert holders(db) == ([], [])
+    fresh = enqueue(db, "lane-a", "a-2")
+    db.execute(CLAIM_BY_HAND, (300.0, fresh))
+    assert holders(db) == ([("lane-a", fresh)], [("lane-a", fresh)])
+
+
+def failures(db: OutboxTestDatabase) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    return (
+        db.rows("SELECT action_id, state FROM {schema}.action_failure ORDER BY 1"),
+        db.rows(
+            "SELECT id, state FROM {schema}.agent_action "
+            "WHERE state IN ('FAILED', 'UNCERTAIN') ORDER BY 1"
+        ),
+    )
+
+
+async def test_action_failure_holds_exactly_the_failed_and_uncertain_actions(
+    db: OutboxTestDatabase,
+) -> None:
+    """Endings in each state, an operator's resolution of an UNCERTAIN action as not done (it
+    becomes FAILED), and deletes: after each, action_failure is the FAILED and UNCERTAIN
+    actions, with their kinds and when they ended."""
+    uncertain = await ended_by_executor(db, fence_then_uncertain, "u-1")
+    resolved = await ended_by_executor(db, fence_then_uncertain, "u-2")
+    ended = []
+    for n, state in enumerate(["DONE", "FAILED", "CANCELLED", "UNCERTAIN"]):
+        action_id = enqueue(db, f"lane-{n}", f"e-{n}")
+        db.execute(CLAIM_BY_HAND, (300.0, action_id))
+        db.execute(END_BY_HAND, (state, action_id))
+        ended.append(action_id)
+    side, actual = failures(db)
+    assert side == actual
+    assert {state for _, state in side} == {"FAILED", "UNCERTAIN"}
+    async with await db.aconnect() as conn:
+        await resolve_absent(conn, db.outbox, resolved, "not there", "ana")
+    assert failures(db)[0] == failures(db)[1]
+    assert (resolved, "FAILED") in failures(db)[0]
+    db.execute("DELETE FROM {schema}.agent_action WHERE id = ANY(%s)", ([uncertain, *ended],))
+    side, actual = failures(db)
+    assert side == actual == [(resolved, "FAILED")]
+    assert db.rows(
+        "SELECT f.kind, f.ended_at = a.ended_at FROM {schema}.action_failure f "
+        "JOIN {schema}.agent_action a ON a.id = f.action_id"
+    ) == [("TEST_SCRIPTED", True)]
