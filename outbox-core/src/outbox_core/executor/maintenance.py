@@ -29,13 +29,18 @@ DUE_LANES_READ = 10_000
 # every EXPIRY_FULL_SECONDS after, for anything those windows missed.
 EXPIRY_MARGIN = timedelta(seconds=60)
 EXPIRY_FULL_SECONDS = 3600.0
-# Retention reads a kind's actions in id order, at most this many a statement, and at most
-# RETENTION_STATEMENTS statements a pass, shared by the kinds (each kind at least
-# RETENTION_KIND_STATEMENTS): a pass's cost stays bounded however many old live actions a
-# kind holds, and a kind that has more to read goes on from there at the next pass.
+# Retention reads a kind's actions in id order up to the first one enqueued after the cutoff,
+# at most RETENTION_WALK a statement and RETENTION_STATEMENTS statements a sweep, shared by the
+# kinds (each kind at least RETENTION_KIND_STATEMENTS): a sweep's cost stays bounded however
+# many old live actions a kind holds, and a pass that has more to read goes on from there at
+# the next sweep. A pass starts where the last one stopped (the actions below were read then:
+# those that became deletable since are the ones whose creation passed the cutoff), and from
+# the kind's first action at the first sweep and every RETENTION_FULL_SECONDS, for the old ones
+# that were live or ended since when last read.
 RETENTION_WALK = 1000
 RETENTION_STATEMENTS = 100
 RETENTION_KIND_STATEMENTS = 10
+RETENTION_FULL_SECONDS = 3600.0
 
 
 class Maintenance:
@@ -49,8 +54,11 @@ class Maintenance:
         # read every one (monotonic).
         self._expiry_since: datetime | None = None
         self._expiry_full_at: float | None = None
-        # Retention: where each kind's walk goes on from (absent: from its first action).
+        # Retention: where each kind's pass in progress goes on from; where each kind's next
+        # pass starts (absent: from its first action); when the last full passes began.
         self._retention_after: dict[str, int] = {}
+        self._retention_from: dict[str, int] = {}
+        self._retention_full_at: float | None = None
 
     async def loop(self) -> None:
         rt = self.rt
@@ -131,23 +139,30 @@ class Maintenance:
             return 0
         keep = rt.settings.retention_days * 86400.0
         share = max(RETENTION_KIND_STATEMENTS, RETENTION_STATEMENTS // len(kinds))
+        full = (
+            self._retention_full_at is None
+            or time.monotonic() - self._retention_full_at >= RETENTION_FULL_SECONDS
+        )
+        if full:
+            self._retention_full_at = time.monotonic()
         deleted = 0
         async with rt.connection() as conn:
             for kind in kinds:
+                after = self._retention_after.get(kind)
+                if after is None:
+                    after = 0 if full else self._retention_from.get(kind, 0)
                 for _ in range(share):
-                    params = {
-                        "kind": kind,
-                        "after": self._retention_after.get(kind, 0),
-                        "limit": RETENTION_WALK,
-                        "keep": keep,
-                    }
+                    params = {"kind": kind, "after": after, "limit": RETENTION_WALK, "keep": keep}
                     cursor = await conn.execute(rt.queries["retention_delete"], params)
-                    gone, over, last = (await cursor.fetchall())[0]
+                    gone, over, last, recent = (await cursor.fetchall())[0]
                     deleted += gone
-                    if over:  # the next pass starts from the kind's first action again
+                    if over:
                         self._retention_after.pop(kind, None)
+                        self._retention_from[kind] = (
+                            recent - 1 if recent is not None else (last or after)
+                        )
                         break
-                    self._retention_after[kind] = last
+                    after = self._retention_after[kind] = last
         if deleted:
             event("retention.deleted", count=deleted)
         return deleted

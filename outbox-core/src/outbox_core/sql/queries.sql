@@ -250,15 +250,18 @@ WITH wanted AS (
            AS w(lane_key, at, cleared)
      GROUP BY lane_key
 ), locked AS (
-    SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
+    -- Each lane with what it is lowered to: the update finds its row by the key (settle_v3
+    -- says why).
+    SELECT l.lane_key, w.at, w.cleared
+      FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
      ORDER BY l.lane_key
        FOR NO KEY UPDATE OF l SKIP LOCKED
 ), lowered AS (
     UPDATE {schema}.action_lane l
-       SET next_at = LEAST(l.next_at, coalesce(w.at, now())),
-           head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
-      FROM wanted w
-     WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
+       SET next_at = LEAST(l.next_at, coalesce(k.at, now())),
+           head_kind = CASE WHEN k.cleared THEN NULL ELSE l.head_kind END
+      FROM locked k
+     WHERE l.lane_key = k.lane_key
     RETURNING l.lane_key
 )
 SELECT w.lane_key FROM wanted w
@@ -382,15 +385,15 @@ SELECT floor(extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint
    FOR SHARE
 
 -- name: settle
--- See settle_v2 in migrations/core/0013_last_detail.sql (settle_v1 of 0003 and 0006 with each
--- ending's detail): a batch of endings, the lanes they free lowered or their next heads
+-- See settle_v3 in migrations/core/0022_settle_v3.sql (settle_v2 of 0013, reading back only
+-- what it is asked for): a batch of endings, the lanes they free lowered or their next heads
 -- claimed, in one round trip.
 -- The batch arrives as one JSON object of aligned arrays: json.dumps builds it in C, where
 -- psycopg dumped eleven arrays element by element in Python (3.7 us an ending against 1.3).
--- When brief (a batch without ended()/rescheduled() hooks, which need the whole row), the
--- ended actions come back as one row: their ids and attempts, in the last two columns; the
--- executor knows the rest from its own endings. Reading every column back cost the executor
--- about as much as the rest of the ending.
+-- When brief (a batch without ended()/rescheduled() hooks, which need the whole row), settle_v3
+-- returns each ended action's id and attempt only, and they come back as one row: their ids
+-- and attempts, in the last two columns; the executor knows the rest from its own endings.
+-- Reading every column back cost the executor about as much as the rest of the ending.
 WITH e AS (
     SELECT *
       FROM jsonb_to_record(%(endings)s::jsonb) AS e(
@@ -400,11 +403,11 @@ WITH e AS (
                details text[])
 ), s AS (
     SELECT s.*
-      FROM e, {schema}.settle_v2(
+      FROM e, {schema}.settle_v3(
                e.ids, e.epochs, e.from_states, e.states, e.stop_reasons, e.readback_refs,
                e.delays, e.fences, e.prior_writes, e.uncounts, e.results, e.details, %(chain)s,
                make_interval(secs => %(lease)s),
-               %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]) s
+               %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[], NOT %(brief)s) s
 )
 SELECT s.*, NULL::bigint[] AS ended_ids, NULL::integer[] AS ended_attempts,
        -- The chained heads' stored trace contexts while tracing is on, as in claim.
@@ -482,9 +485,10 @@ SELECT id, kind, lane_key, epoch
 -- enqueued, and its id drawn, before the cutoff, so it is below every action created after
 -- the cutoff: the walk stops at the first of those, and never reads the kind's recent
 -- actions. What it steps over (actions enqueued before the cutoff that are live or ended
--- since) it reads again on its next pass. Returns how many it deleted, whether the pass is
--- over (it reached the recent actions or the kind's last), and the last id it read (the
--- caller's next %(after)s).
+-- since) it reads again on its next full pass. Returns how many it deleted, whether the pass
+-- is over (it reached the recent actions or the kind's last), the last id it read (the
+-- caller's next %(after)s while the pass goes on) and the first recent action's id (NULL: none
+-- read), below which the caller's next pass may start (outbox_core/executor/maintenance.py).
 WITH walked AS MATERIALIZED (
     SELECT a.id, a.ended_at, a.created_at
       FROM {schema}.agent_action a
@@ -509,7 +513,8 @@ WITH walked AS MATERIALIZED (
 )
 SELECT (SELECT count(*) FROM gone),
        (SELECT id FROM recent) IS NOT NULL OR (SELECT count(*) FROM walked) < %(limit)s,
-       (SELECT max(id) FROM walked)
+       (SELECT max(id) FROM walked),
+       (SELECT id FROM recent)
 
 -- name: lock_subject_lanes
 -- Erasure takes the lanes of the subject's actions first, in key order, as a claim and a settle
@@ -674,14 +679,18 @@ SELECT a.kind, count(*)
 -- head_id (enqueue keeps head_id at or below the lowest live id; a claim moves it to the head):
 -- the actions are read lane by lane from there, so the ended actions of the last days, which
 -- no index of live ones separates any more (migration 21), are not read.
+-- A lateral subquery with OFFSET 0: as a join, the planner hashed the lanes and scanned the
+-- whole table.
 SELECT a.kind,
        count(*) FILTER (WHERE a.state = 'ADMITTED') AS admitted,
        count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
   FROM {schema}.action_lane l
-  JOIN {schema}.agent_action a
-    ON a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
- WHERE a.state IN ('PROPOSED', 'ADMITTED')
-   AND {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
+  CROSS JOIN LATERAL (
+        SELECT a.kind, a.state, a.payload, a.idempotency_key FROM {schema}.agent_action a
+         WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
+           AND a.state IN ('PROPOSED', 'ADMITTED')
+        OFFSET 0) a
+ WHERE {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  GROUP BY a.kind
 
@@ -742,9 +751,12 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
 SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
        a.last_detail, CASE WHEN a.state = 'ADMITTED' THEN a.due_at ELSE a.lease_until END AS at
   FROM {schema}.action_lane l
-  JOIN {schema}.agent_action a
-    ON a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
- WHERE a.state IN ('ADMITTED', 'EXECUTING') AND a.last_result IN ('Retry', 'Defer', 'Reread')
+  CROSS JOIN LATERAL (
+        SELECT a.* FROM {schema}.agent_action a
+         WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
+           AND a.state IN ('ADMITTED', 'EXECUTING')
+           AND a.last_result IN ('Retry', 'Defer', 'Reread')
+        OFFSET 0) a
  ORDER BY at, a.id
  LIMIT %(limit)s
 

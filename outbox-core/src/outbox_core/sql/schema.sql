@@ -31,8 +31,8 @@
 --   5. guard_agent_action the lifecycle, enforced by a trigger
 --   6. decodable_v1       whether this build decodes an action (rolling updates)
 --   7. claim_v1, claim_action_v1, claim_locked_v1 and their row type claimed_action_v1
---   8. settle_v2          the endings of a batch of attempts, and its row type settled_v2;
---                         settle_v1 (and settled_v1) for replicas of older builds
+--   8. settle_v3          the endings of a batch of attempts, and its row type settled_v2;
+--                         settle_v2, settle_v1 (and settled_v1) for replicas of older builds
 --   9. schema_migration   what `outbox migrate` has applied
 --  10. executor_waiting   the executors waiting for a wake-up, and wake_wanted_v1
 --  11. action_audit       the operator's changes of an action; action_kept_payload, what an
@@ -837,11 +837,12 @@ END
 $fn$;
 
 -- 8. The settle -----------------------------------------------------------------------------
--- Attempts post their endings to a batcher that writes a batch in one call of settle_v2
--- (docs/design/claim.md, "Endings and fences"). What settle_v1 and settle_v2 return: an
--- action in the columns every reader selects (ACTION_COLUMNS in outbox_core/action.py; settle_v1
--- without last_detail), and what happened to it:
---   'ended'    an ending of this batch applied (the row as it is now);
+-- Attempts post their endings to a batcher that writes a batch in one call of settle_v3
+-- (docs/design/claim.md, "Endings and fences"). What settle_v1, settle_v2 and settle_v3 return:
+-- an action in the columns every reader selects (ACTION_COLUMNS in outbox_core/action.py;
+-- settle_v1 without last_detail), and what happened to it:
+--   'ended'    an ending of this batch applied (the row as it is now; settle_v3 without
+--              p_full: its id and attempt only);
 --   'claim', 'reclaim', 'reap_lost', 'reap_exhausted', 'expire'   as claim_locked_v1, for the
 --              next head of a lane whose head this batch ended (due_at and the columns an
 --              ended row has are NULL);
@@ -899,22 +900,25 @@ CREATE TYPE {schema}.settled_v2 AS (
     last_detail         text
 );
 
--- settle_v2: apply a batch of endings, each with its detail (each only while its action is
+-- settle_v3: apply a batch of endings, each with its detail (each only while its action is
 -- still in the state and at the epoch its attempt saw), then for each lane involved:
 --   * a lane whose head ended: lock it (SKIP LOCKED) and, when p_chain, claim its next head
 --     in a new statement (claim_locked_v1), so the lane does not wait for a claim loop;
 --   * any other lane (a retry, a deferral, a reread, or a lane another transaction held):
 --     lower next_at to when it needs a look; a lane held by another transaction is returned
 --     as 'skipped'.
--- One round trip for the whole batch. The caller runs the kinds' ended() hooks in the same
--- transaction when it has any (then it calls this inside an explicit transaction). The write
--- fence is a statement of its own (begin_write in sql/queries.sql), not a function.
-CREATE FUNCTION {schema}.settle_v2(
+-- One round trip for the whole batch. Each ended action comes back whole when p_full (a batch
+-- with ended()/rescheduled() hooks, which need the row), else as its id and attempt only
+-- (migration 0022). The caller runs the kinds' ended() hooks in the same transaction when it
+-- has any (then it calls this inside an explicit transaction). The write fence is a statement of
+-- its own (begin_write in sql/queries.sql), not a function.
+CREATE FUNCTION {schema}.settle_v3(
     p_ids bigint[], p_epochs bigint[], p_from_states text[], p_states text[],
     p_stop_reasons text[], p_readback_refs text[], p_delays float8[], p_fences text[],
     p_prior_writes timestamptz[], p_uncounts integer[], p_results text[], p_details text[],
     p_chain boolean, p_lease interval,
-    p_kinds text[], p_paths jsonpath[], p_suffixes text[]
+    p_kinds text[], p_paths jsonpath[], p_suffixes text[],
+    p_full boolean
 ) RETURNS SETOF {schema}.settled_v2
 LANGUAGE plpgsql
 -- Plan once, not on every call: planning these statements cost more than running them for
@@ -923,10 +927,16 @@ SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_ended {schema}.agent_action[];
+    v_ids bigint[];
+    v_attempts integer[];
+    v_lanes text[];
+    v_states text[];
+    v_at timestamptz[];
     v_chain text[];
     v_locked text[] := '{}';
 BEGIN
+    -- The endings, each only while its action is still in the state and at the epoch its
+    -- attempt saw; what the rest of the function needs of each changed action.
     WITH changed AS (
         UPDATE {schema}.agent_action a
            SET state = e.state,
@@ -957,16 +967,23 @@ BEGIN
                AS e(id, epoch, from_state, state, stop_reason, readback_ref, delay, fence,
                     prior_write, uncount, result, detail)
          WHERE a.id = e.id AND a.epoch = e.epoch AND a.state = e.from_state
-        RETURNING a
+        RETURNING a.id, a.attempt, a.lane_key, a.state,
+                  -- When the action's lane next needs a look for it (an ended one: now).
+                  CASE WHEN a.state = 'ADMITTED' THEN a.due_at
+                       WHEN a.state = 'EXECUTING' THEN a.lease_until
+                       ELSE now() END AS at
     )
-    SELECT array_agg(changed.a ORDER BY (changed.a).id) INTO v_ended FROM changed;
-    IF v_ended IS NULL THEN
+    SELECT array_agg(c.id), array_agg(c.attempt), array_agg(c.lane_key), array_agg(c.state),
+           array_agg(c.at)
+      INTO v_ids, v_attempts, v_lanes, v_states, v_at
+      FROM changed c;
+    IF v_ids IS NULL THEN
         RETURN;
     END IF;
 
     -- Lanes whose every changed action ended: their heads are gone.
-    SELECT array_agg(lane_key ORDER BY lane_key) INTO v_chain
-      FROM (SELECT x.lane_key FROM unnest(v_ended) x
+    SELECT array_agg(s.lane_key ORDER BY s.lane_key) INTO v_chain
+      FROM (SELECT x.lane_key FROM unnest(v_lanes, v_states) AS x(lane_key, state)
              GROUP BY x.lane_key
             HAVING bool_and(x.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED'))) s;
 
@@ -989,27 +1006,27 @@ BEGIN
     -- Every other lane is lowered (never raised) to when it next needs a look.
     RETURN QUERY
     WITH wanted AS (
-        SELECT x.lane_key,
-               min(CASE WHEN x.state = 'ADMITTED' THEN x.due_at
-                        WHEN x.state = 'EXECUTING' THEN x.lease_until
-                        ELSE now() END) AS at,
+        SELECT x.lane_key, min(x.at) AS at,
                bool_or(x.state IN ('DONE', 'UNCERTAIN', 'FAILED', 'CANCELLED')) AS cleared
-          FROM unnest(v_ended) x
+          FROM unnest(v_lanes, v_states, v_at) AS x(lane_key, state, at)
          -- An anti-join, hashed: "<> ALL(v_locked)" compared every ended row with every
          -- locked lane (250,000 text comparisons for a batch of 500).
          WHERE NOT EXISTS (SELECT 1 FROM unnest(v_locked) k(lane_key) WHERE k.lane_key = x.lane_key)
          GROUP BY x.lane_key
     ), locked AS (
-        SELECT l.lane_key FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
+        -- Each lane with what it is lowered to: the update below finds its row by the lane's
+        -- key (one index probe a lane), not by looking for it among the locked ones.
+        SELECT l.lane_key, w.at, w.cleared
+          FROM {schema}.action_lane l JOIN wanted w USING (lane_key)
          ORDER BY l.lane_key
            FOR NO KEY UPDATE OF l SKIP LOCKED
     ), lowered AS (
         UPDATE {schema}.action_lane l
-           SET next_at = LEAST(l.next_at, w.at),
-               head_kind = CASE WHEN w.cleared THEN NULL ELSE l.head_kind END
-          FROM wanted w
-         WHERE l.lane_key = w.lane_key AND l.lane_key IN (SELECT lane_key FROM locked)
-        RETURNING l.lane_key, w.cleared
+           SET next_at = LEAST(l.next_at, k.at),
+               head_kind = CASE WHEN k.cleared THEN NULL ELSE l.head_kind END
+          FROM locked k
+         WHERE l.lane_key = k.lane_key
+        RETURNING l.lane_key, k.cleared
     )
     SELECT 'lowered', NULL::bigint, NULL::text, NULL::text, d.lane_key, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::bigint,
@@ -1027,12 +1044,43 @@ BEGIN
      WHERE w.lane_key NOT IN (SELECT lane_key FROM lowered)
        AND EXISTS (SELECT 1 FROM {schema}.action_lane l WHERE l.lane_key = w.lane_key);
 
+    IF NOT p_full THEN
+        RETURN QUERY
+        SELECT 'ended', x.id, NULL::text, NULL::text, NULL::text, NULL::text, NULL::jsonb,
+               NULL::text, NULL::text, x.attempt, NULL::integer, NULL::bigint,
+               NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+               NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
+               NULL::text
+          FROM unnest(v_ids, v_attempts) AS x(id, attempt);
+        RETURN;
+    END IF;
+    -- The rows as this transaction left them (a chained claim takes other actions than these).
     RETURN QUERY
-    SELECT 'ended', x.id, x.kind, x.workspace_id, x.lane_key, x.idempotency_key, x.payload,
-           x.subject_account_id, x.state, x.attempt, x.max_attempts, x.epoch, x.due_at,
-           x.expires_at, x.lease_until, x.write_started_at, x.ended_at, x.stop_reason,
-           x.readback_ref, x.last_result, x.created_at, x.last_detail
-      FROM unnest(v_ended) x;
+    SELECT 'ended', a.id, a.kind, a.workspace_id, a.lane_key, a.idempotency_key, a.payload,
+           a.subject_account_id, a.state, a.attempt, a.max_attempts, a.epoch, a.due_at,
+           a.expires_at, a.lease_until, a.write_started_at, a.ended_at, a.stop_reason,
+           a.readback_ref, a.last_result, a.created_at, a.last_detail
+      FROM {schema}.agent_action a
+     WHERE a.id = ANY(v_ids);
+END
+$fn$;
+
+-- settle_v2, for replicas of builds before migration 0022: settle_v3 with every ended action
+-- whole.
+CREATE FUNCTION {schema}.settle_v2(
+    p_ids bigint[], p_epochs bigint[], p_from_states text[], p_states text[],
+    p_stop_reasons text[], p_readback_refs text[], p_delays float8[], p_fences text[],
+    p_prior_writes timestamptz[], p_uncounts integer[], p_results text[], p_details text[],
+    p_chain boolean, p_lease interval,
+    p_kinds text[], p_paths jsonpath[], p_suffixes text[]
+) RETURNS SETOF {schema}.settled_v2
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM {schema}.settle_v3(p_ids, p_epochs, p_from_states, p_states, p_stop_reasons,
+                                     p_readback_refs, p_delays, p_fences, p_prior_writes,
+                                     p_uncounts, p_results, p_details, p_chain, p_lease,
+                                     p_kinds, p_paths, p_suffixes, true);
 END
 $fn$;
 
