@@ -1,4 +1,4 @@
-"""The core's schema change of issue 34 (migrations 20 and 21: the lane rule and the failed
+"""The core's schema change of issue 34 (migrations 20 to 22: the lane rule and the failed
 actions in tables of their own, the indexes on `state` and `ended_at` dropped) applied while a
 replica of the build before it runs, and then both builds side by side: the older replica
 survives. Its claims, fences, endings, expiry, retention and gauges go on without an error or a
@@ -210,7 +210,7 @@ def test_the_build_before_survives_the_hot_layout_and_runs_beside_the_new_build(
             "SELECT (SELECT array_agg(action_id ORDER BY action_id) FROM outbox.action_executing),"
             " (SELECT array_agg(id ORDER BY id) FROM outbox.agent_action WHERE state = 'EXECUTING')"
         ).fetchone()  # type: ignore[misc]
-    assert applied == ["core/0020_lane_holders", "core/0021_hot_layout"]
+    assert applied == ["core/0020_lane_holders", "core/0021_hot_layout", "core/0022_settle_v3"]
     assert holders_then == executing_then
     with psycopg.connect(url, autocommit=True) as conn:
         # The action held across the change holds its lane in the new layout too.
