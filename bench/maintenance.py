@@ -14,8 +14,10 @@ Shapes (kind BENCH_NOOP, which every statement here counts):
            executing, the rest due, 200 behind their heads past their expiry. A quarter of the
            ended ones are past the retention of 30 days: the first pass of retention.
   steady   history after retention has deleted what it may: what every later pass reads.
-  stuck    steady, plus 100,000 admitted actions enqueued 35 days ago and due in a week: older
-           than the cutoff, live, what retention's walk steps over.
+  stuck    steady, plus 100,000 admitted actions enqueued 35 days ago (before the history's
+           rows of that day, as their ids say) and due in a week, each in a lane of its own:
+           older than the cutoff, live, what retention's walk steps over; and 100,000 lanes
+           for the lane-by-lane counts.
 
 Each statement runs in a transaction that is rolled back (the rows stay as they were), JIT off
 as the executor runs them; the figure is the median wall time over --runs from this client on
@@ -56,10 +58,12 @@ RETENTION_STATEMENTS = 100
 
 HISTORY = [
     "ALTER TABLE outbox.agent_action DISABLE TRIGGER USER",
-    """INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key,
+    # The ids leave a gap of %(gap)s after the %(gap_at)s-th (the stuck shape's actions).
+    """INSERT INTO outbox.agent_action (id, kind, at_most_once, instance_level, lane_key,
            idempotency_key, payload, max_attempts, state, attempt, epoch, due_at, expires_at,
            ended_at, stop_reason, last_result, created_at, subject_account_id)
-       SELECT 'BENCH_NOOP', false, true, 'lane-' || (g %% 10000), 'h-' || g, NULL, 5,
+       SELECT g + CASE WHEN g > %(gap_at)s THEN %(gap)s ELSE 0 END,
+              'BENCH_NOOP', false, true, 'lane-' || (g %% 10000), 'h-' || g, NULL, 5,
               CASE WHEN g %% 1000 = 0 THEN 'UNCERTAIN' WHEN g %% 500 = 0 THEN 'FAILED'
                    ELSE 'DONE' END,
               1, 1, c, CASE WHEN g %% 2 = 0 THEN c + interval '1 day' END, c + interval '1 second',
@@ -70,6 +74,8 @@ HISTORY = [
               c, 'acct-' || (g %% 50000)
          FROM generate_series(1, %(n)s) g,
               LATERAL (SELECT now() - interval '40 days' + g * interval '40 days' / %(n)s - interval '10 minutes' AS c) t""",
+    """SELECT setval(pg_get_serial_sequence('outbox.agent_action', 'id'),
+                     (SELECT max(id) FROM outbox.agent_action))""",
     """INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key,
            idempotency_key, payload, max_attempts, state, attempt, epoch, due_at, lease_until,
            expires_at, created_at)
@@ -97,16 +103,18 @@ SIDE_TABLES = [
 STEADY = [
     "DELETE FROM outbox.agent_action WHERE ended_at < now() - interval '30 days'",
 ]
+# In the history's gap: their ids are those of actions enqueued 35 days ago (the history's
+# rows of the 40 to 35 days before lie below them).
 STUCK = [
-    """INSERT INTO outbox.agent_action (kind, at_most_once, instance_level, lane_key,
+    """INSERT INTO outbox.agent_action (id, kind, at_most_once, instance_level, lane_key,
            idempotency_key, payload, max_attempts, due_at, created_at)
-       SELECT 'BENCH_NOOP', false, true, 'stuck-' || g, 's-' || g, '{}', 5,
+       SELECT %(gap_at)s + g, 'BENCH_NOOP', false, true, 'stuck-' || g, 's-' || g, '{}', 5,
               now() + interval '7 days', now() - interval '35 days'
-         FROM generate_series(1, 100000) g""",
+         FROM generate_series(1, %(gap)s) g""",
     """INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind)
-       SELECT lane_key, due_at, id, kind FROM outbox.agent_action WHERE lane_key LIKE 'stuck-%'""",
+       SELECT lane_key, due_at, id, kind FROM outbox.agent_action WHERE lane_key LIKE 'stuck-%%'""",
 ]
-SHAPES = {"history": [], "steady": STEADY, "stuck": STEADY + STUCK}
+SHAPES = {"history": [], "steady": STEADY, "stuck": STEADY}
 
 
 def before_source(commit: str) -> tuple[Path, str]:
@@ -145,9 +153,13 @@ def make_database(name: str, src: Path) -> str:
 
 
 def fill(url: str, shape: str, count: int, *, side_tables: bool) -> None:
+    params = {"n": count, "gap_at": count // 8, "gap": 100_000 if shape == "stuck" else 0}
     with psycopg.connect(url, autocommit=True) as conn:
         for statement in HISTORY + (SIDE_TABLES if side_tables else []):
-            conn.execute(statement, {"n": count})
+            conn.execute(statement, params)
+        if shape == "stuck":
+            for statement in STUCK:
+                conn.execute(statement, params)
         for statement in SHAPES[shape]:
             conn.execute(statement)
         if side_tables:
@@ -185,7 +197,9 @@ READS = {
     "retrying_actions": {"limit": 20},
     "dashboard_uncertain": {"limit": 20},
     "dashboard_failures": {},
+    "dashboard_state_counts": {},
     "dashboard_throughput": {},
+    "dashboard_counts": {},
 }
 
 
@@ -244,15 +258,31 @@ def erasure(queries: dict[str, str], subject: str) -> Any:
     return work
 
 
+# The passes over every live action, which this build makes lane by lane or over the table
+# (outbox_core/live_reads.py): each form is timed, and which one the executor takes.
+BOTH_FORMS = ("backlog_counts", "blocked_lanes", "retrying_actions")
+
+
 def measure(url: str, queries: dict[str, str], new: bool, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with psycopg.connect(url) as conn:
+        if "live_read_sizes" in queries:
+            from outbox_core import live_reads
+
+            sizes = conn.execute(queries["live_read_sizes"]).fetchone()
+            out["live_reads_by_table"] = live_reads.by_table(*sizes)  # type: ignore[misc]
         for name, extra in READS.items():
             if name not in queries:
                 continue
             query = queries[name]
-            params = {**PARAMS, **extra}
+            params = {**PARAMS, **extra, "scan": out.get("live_reads_by_table", False)}
             out[name] = timed(conn, lambda c, q=query, p=params: c.execute(q, p).fetchall(), runs)
+            if new and name in BOTH_FORMS:
+                for form, scan in (("lanes", False), ("table", True)):
+                    params = {**PARAMS, **extra, "scan": scan}
+                    out[f"{name} ({form})"] = timed(
+                        conn, lambda c, q=query, p=params: c.execute(q, p).fetchall(), runs
+                    )
         expired = queries["expired_actions"]
         windowed = {**PARAMS, "limit": 500, "since": "now"}
         full = {**PARAMS, "limit": 500, "since": "-infinity"}

@@ -8,6 +8,11 @@ docs/benchmarks.md (between its `generated` markers). Each figure is the median 
 with min and max; ratios outbox/peer are computed run by run (same run, same moment), then
 their median is taken. Runs of one workload are interleaved across systems.
 
+`--before REV` (default: the build before issue 34's layout, in a full run; none with `--quick`)
+also runs outbox's burn-downs with that commit's outbox-core (taken with `git archive`, first on
+PYTHONPATH, its own migrations in its own template database), as the system `outbox (REV)`, so
+that one run compares this build with the one before it, and with the peers.
+
 The HTTP burn-downs (`http_<latency>ms_c<concurrency>`: each action posts to a loopback server
 that answers after the latency) have their own generated part (`generated:http` markers, in the
 section of issue 23) and plot (docs/benchmarks_http.png); a run writes only the parts whose
@@ -25,8 +30,11 @@ import platform
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +114,19 @@ class Sizes:
 
 
 PEERS = (("procrastinate", "psycopg"), ("pgqueuer", "asyncpg"), ("pgqueuer", "psycopg"))
+# The build before issue 34's layout (core migrations 20-22): `--before`'s default.
+BEFORE = "749498e234ff5bf4849b9f14d29123f448bf41a9"
+# outbox's workloads that the build before runs too (`--before`).
+BEFORE_WORKLOADS = (
+    "burn",
+    "burn_fenced",
+    "burn_traced",
+    "burn_traced_sampled",
+    "burn_pending",
+    "burn_pending_one_lane",
+    "burn_pending_not_due",
+    "burn_pending_lanes_10k",
+)
 RAW, RAW_JSON, RAW_NOTIFY = "raw SQL", "raw SQL (JSON batch)", "raw SQL + NOTIFY"
 ALONE = "aiohttp alone (no queue)"
 # measured by outbox's own scripts
@@ -408,6 +429,42 @@ def http_cases(sizes: Sizes, peers_python: str) -> list[Case]:
     return out
 
 
+def before_system(commit: str) -> str:
+    return f"outbox ({commit[:7]})"
+
+
+def before_cases(selected: list[Case], commit: str, src: Path) -> list[Case]:
+    """outbox's cases of BEFORE_WORKLOADS again, with the outbox-core of `src` (another
+    build's) first on PYTHONPATH; each right after this build's, so that they interleave."""
+    out = []
+    for case in selected:
+        out.append(case)
+        if case.system == "outbox" and case.workload in BEFORE_WORKLOADS:
+            env = ["env", f"PYTHONPATH={os.pathsep.join([str(src), str(HERE)])}"]
+            out.append(
+                Case(
+                    case.workload,
+                    before_system(commit),
+                    [*env, *case.command],
+                    case.figure,
+                    f"the build {commit[:7]}" + (f"; {case.note}" if case.note else ""),
+                )
+            )
+    return out
+
+
+def build_source(commit: str, into: Path) -> Path:
+    """A commit's outbox-core/src, from this repository's history."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "outbox-core/src"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "outbox-core" / "src"
+
+
 def run_once(command: list[str], timeout: float) -> dict[str, Any]:
     completed = subprocess.run(
         command, capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT
@@ -577,6 +634,7 @@ def markdown(table: Table, info: dict[str, Any], repeat: int, quick: bool) -> st
             cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "n/a")
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
     lines += traced_ratios(table)
+    lines += layout_targets(table)
     notes = sorted({(s, n) for (w, s), n in table.notes.items() if n})
     if notes:
         lines += ["", "Notes:"]
@@ -617,6 +675,52 @@ def traced_ratios(table: Table) -> list[str]:
                 f"{max(ratios):.2f}] (target ≥ {TRACED[workload]}×)"
             )
     return lines
+
+
+def layout_targets(table: Table) -> list[str]:
+    """Issue 34's targets, run by run (their median, lowest and highest): the no-op burn-down over
+    pgqueuer's with asyncpg, the fenced one over pgqueuer's plain burn, and each pending shape
+    over the plain burn of the same build."""
+    peer = table.runs.get(("burn", "pgqueuer (asyncpg)"))
+    lines: list[str] = []
+
+    def ratio_line(
+        label: str, ours: list[float] | None, theirs: list[float] | None, target: float
+    ) -> None:
+        ratios = [o / t for o, t in zip(ours or [], theirs or [], strict=False) if o and t]
+        if ratios:
+            lines.append(
+                f"- {label}: {statistics.median(ratios):.2f}× [{min(ratios):.2f} – "
+                f"{max(ratios):.2f}] (target ≥ {target}×)"
+            )
+
+    systems = [
+        s
+        for s in dict.fromkeys(s for _, s in table.runs)
+        if s == "outbox" or s.startswith("outbox (")
+    ]
+    for system in systems:
+        burn = table.runs.get(("burn", system))
+        ratio_line(f"{system}, burn / pgqueuer (asyncpg) burn", burn, peer, 1.6)
+        ratio_line(
+            f"{system}, burn_fenced / pgqueuer (asyncpg) burn",
+            table.runs.get(("burn_fenced", system)),
+            peer,
+            1.1,
+        )
+        for workload in BEFORE_WORKLOADS:
+            if workload.startswith("burn_pending"):
+                ratio_line(
+                    f"{system}, {workload} / burn", table.runs.get((workload, system)), burn, 0.9
+                )
+    if not lines:
+        return []
+    return [
+        "",
+        "Issue 34's targets, run by run (median [min – max]):",
+        "",
+        *lines,
+    ]
 
 
 def plot(table: Table, path: Path) -> None:
@@ -962,6 +1066,12 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument(
+        "--before",
+        default=None,
+        help=f"also run outbox's burn-downs with this commit's outbox-core (default {BEFORE[:7]} "
+        "in a full run; 'none' for none)",
+    )
+    parser.add_argument(
         "--peer-burn",
         type=int,
         default=0,
@@ -985,8 +1095,12 @@ def main() -> None:
             or c.workload.removesuffix("_p99") in wanted
             or ("http" in wanted and is_http(c.workload))  # `--only http`: every HTTP burn-down
         ]
+    before = args.before or ("none" if args.quick else BEFORE)
     info = machine()
-    table = measure(selected, repeat, args.timeout)
+    with tempfile.TemporaryDirectory() as tmp:
+        if before != "none":
+            selected = before_cases(selected, before, build_source(before, Path(tmp)))
+        table = measure(selected, repeat, args.timeout)
     RESULTS.mkdir(exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     (RESULTS / f"{stamp}.json").write_text(

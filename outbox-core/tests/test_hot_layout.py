@@ -290,3 +290,87 @@ async def test_action_failure_holds_exactly_the_failed_and_uncertain_actions(
         "SELECT f.kind, f.ended_at = a.ended_at FROM {schema}.action_failure f "
         "JOIN {schema}.agent_action a ON a.id = f.action_id"
     ) == [("TEST_SCRIPTED", True)]
+
+
+def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(
+    db: OutboxTestDatabase,
+) -> None:
+    """backlog_counts, blocked_lanes and retrying_actions read every live action lane by lane
+    or in one pass over the table (outbox_core/live_reads.py chooses by size): both forms
+    answer alike, over lanes with ended actions before their heads, a head in a backoff, a
+    proposal, an executing head, each with actions behind it."""
+    with db.connect() as conn:
+        for n in range(3):  # ended actions below the heads, in every lane
+            for lane in ("busy", "backoff", "proposed", "alone"):
+                db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", lane, f"{lane}-old-{n}"))
+        conn.commit()
+    db.drain()
+    with db.connect() as conn:
+        for lane in ("busy", "backoff", "alone"):
+            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", lane, f"{lane}-head"))
+        db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", "proposed", "p-head", proposed=True))
+        for lane in ("busy", "backoff", "proposed"):
+            for n in range(2):
+                db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", lane, f"{lane}-behind-{n}"))
+        conn.commit()
+    db.execute(
+        CLAIM_BY_HAND.replace("WHERE id = %s", "WHERE idempotency_key = %s"),
+        (300.0, "busy-head"),
+    )
+    db.execute(
+        "UPDATE {schema}.agent_action SET due_at = now() + interval '1 hour', "
+        "last_result = 'Retry' WHERE idempotency_key = 'backoff-head'"
+    )
+    kinds = db.outbox.registry.filter(["TEST_NOOP"])
+    params = {"kinds": kinds.kinds, "paths": kinds.paths, "suffixes": kinds.suffixes}
+    answers = {}
+    for scan in (False, True):
+        answers[scan] = [
+            sorted(db.rows(db.outbox.queries[name], {**params, "limit": 100, "scan": scan}))
+            for name in ("backlog_counts", "blocked_lanes", "retrying_actions")
+        ]
+    counts, blocked, retrying = answers[False]
+    assert counts == [("TEST_NOOP", 8, 1)]  # busy-head executes; p-head is proposed
+    assert sorted(row[1] for row in blocked) == ["backoff", "proposed"]
+    assert [row[2] for row in retrying] == ["backoff"]
+    assert answers[True] == answers[False]
+
+
+def test_a_claim_finds_a_long_lanes_head_without_reading_its_backlog(
+    db: OutboxTestDatabase,
+) -> None:
+    """The search for a lane's first live action walks ix_agent_action_lane_id from head_id to
+    the first live entry. With the statistics of a table of mostly ended actions (as retention
+    keeps 30 days of them), the planner, which cannot know that the actions from head_id on are
+    live, chose to read and sort the lane's whole backlog instead: 2,000 rows fetched to claim
+    one. The claim and the due gauge must fetch a handful."""
+    db.execute("ALTER TABLE {schema}.agent_action DISABLE TRIGGER USER")
+    db.execute(
+        "INSERT INTO {schema}.agent_action (kind, at_most_once, instance_level, lane_key, "
+        "idempotency_key, max_attempts, state, stop_reason, ended_at) "
+        "SELECT 'TEST_NOOP', false, true, 'old-' || (g % 2000), 'old-' || g, 5, 'DONE', "
+        "'COMPLETED', now() FROM generate_series(1, 100000) g"
+    )
+    db.execute("ALTER TABLE {schema}.agent_action ENABLE TRIGGER USER")
+    with db.connect() as conn:
+        db.outbox.enqueue_many(
+            conn, [ActionRequest("TEST_NOOP", "long", f"long-{n}") for n in range(2000)]
+        )
+        conn.commit()
+    db.execute("ANALYZE {schema}.agent_action")
+    kinds = db.outbox.registry.filter(["TEST_NOOP"])
+    params = {"kinds": kinds.kinds, "paths": kinds.paths, "suffixes": kinds.suffixes}
+    fetched = (
+        "SELECT idx_tup_fetch FROM pg_stat_xact_user_tables "
+        "WHERE schemaname = %s AND relname = 'agent_action'"
+    )
+    with db.connect() as conn:
+        for query, extra in (("backlog_due", {"limit": 10}), ("claim", {"limit": 1})):
+            before = conn.execute(fetched, (db.schema,)).fetchone()[0]  # type: ignore[index]
+            rows = conn.execute(
+                db.outbox.queries[query], {**params, **extra, "lease": 60.0, "traced": False}
+            ).fetchall()
+            after = conn.execute(fetched, (db.schema,)).fetchone()[0]  # type: ignore[index]
+            assert rows, query
+            assert after - before < 20, (query, after - before)
+        conn.rollback()

@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg import Connection
 
+from . import live_reads
 from .outbox import Outbox
 from .startup import StoppedKind, check_kinds
 
@@ -116,7 +117,7 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
-    params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
+    params: dict[str, Any] = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
     due_admitted: dict[str, int] = {}
     queries = outbox.queries
@@ -135,6 +136,9 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         oldest_due = OldestDue(oldest[1], oldest[2], lane, round(oldest[0], 3))
     for kind, executing in conn.execute(queries["backlog_executing"], params):
         stats.setdefault(kind, {})["executing"] = executing
+    sizes = conn.execute(queries["live_read_sizes"]).fetchone()
+    scan = sizes is not None and live_reads.by_table(*sizes)
+    params = {**params, "scan": scan}
     for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):
         # The waiting actions are the admitted ones less the due heads; read by a later
         # statement (the caller's connection, not one snapshot), so a head claimed in between
@@ -156,7 +160,8 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     for kind, count in counts.items():
         stats.setdefault(kind, {}).update(lanes_blocked=count, lanes_scheduled=scheduled[kind])
     retrying = [
-        LastAttempt(*row) for row in conn.execute(queries["retrying_actions"], {"limit": lanes})
+        LastAttempt(*row)
+        for row in conn.execute(queries["retrying_actions"], {"limit": lanes, "scan": scan})
     ]
     failed = [
         LastAttempt(*row) for row in conn.execute(queries["recent_failures"], {"limit": lanes})

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
+from .. import live_reads
 from ..observability import BacklogSnapshot, event
 from ..results import StopReason
 from ..states import ActionState
@@ -177,7 +178,11 @@ class Maintenance:
         snapshot = BacklogSnapshot()
         # Every served kind, also a stopped one: its due actions pile up, and that is the alert.
         flt = rt.served_filter
-        params = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
+        params: dict[str, object] = {
+            "kinds": flt.kinds,
+            "paths": flt.paths,
+            "suffixes": flt.suffixes,
+        }
         full = blocked or self._full_counted_at is None
         async with rt.connection() as conn, conn.transaction():
             # One snapshot for every count: the waiting actions are the admitted ones less the
@@ -199,6 +204,9 @@ class Maintenance:
             cursor = await conn.execute(rt.queries["uncertain_counts"], {"kinds": rt.served})
             snapshot.uncertain.update(dict(await cursor.fetchall()))
             if full:
+                cursor = await conn.execute(rt.queries["live_read_sizes"])
+                ((lane_bytes, action_bytes),) = await cursor.fetchall()
+                params["scan"] = live_reads.by_table(lane_bytes, action_bytes)
                 cursor = await conn.execute(rt.queries["backlog_counts"], params)
                 for kind, admitted, proposed in await cursor.fetchall():
                     if admitted > due_admitted.get(kind, 0):

@@ -601,6 +601,11 @@ WITH due AS (
 UPDATE {schema}.action_lane SET next_at = now(), head_kind = NULL
  WHERE next_at IS NOT NULL AND next_at > now()
 
+-- name: live_read_sizes
+-- The sizes of the lane table and of the action table: outbox_core/live_reads.py chooses from
+-- them how the passes over the live actions read them.
+SELECT pg_relation_size('{schema}.action_lane'), pg_relation_size('{schema}.agent_action')
+
 -- name: backlog_due
 -- What "due" means, for every reader (the gauges, `outbox status`, the dashboard's oldest due
 -- action): by kind, for rows this build decodes, the lane heads that could start now, how long
@@ -643,7 +648,9 @@ SELECT h.kind,
   LEFT JOIN {schema}.action_executing x ON x.lane_key = l.lane_key
   LEFT JOIN LATERAL (
         SELECT f.id FROM {schema}.agent_action f
-         WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+         -- A CASE, which the planner cannot estimate (claim_locked_v1 says why).
+         WHERE f.lane_key = l.lane_key
+           AND CASE WHEN f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING') THEN true END
            AND f.id >= coalesce(l.head_id, 0)
          ORDER BY f.id LIMIT 1) f ON true
   -- LIMIT keeps each lookup a lookup (see blocked_lanes).
@@ -678,18 +685,28 @@ SELECT a.kind, count(*)
 -- admission, not for an executor. Every live action has its lane's row, at or after its
 -- head_id (enqueue keeps head_id at or below the lowest live id; a claim moves it to the head):
 -- the actions are read lane by lane from there, so the ended actions of the last days, which
--- no index of live ones separates any more (migration 21), are not read.
--- A lateral subquery with OFFSET 0: as a join, the planner hashed the lanes and scanned the
--- whole table.
+-- no index of live ones separates any more (migration 21), are not read. That costs a few
+-- index probes a lane; where the lanes are many for the table's size, %(scan)s reads the
+-- table once instead (outbox_core/live_reads.py chooses; the branch not taken is a false
+-- one-time filter of the plan, never run).
 SELECT a.kind,
        count(*) FILTER (WHERE a.state = 'ADMITTED') AS admitted,
        count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
-  FROM {schema}.action_lane l
-  CROSS JOIN LATERAL (
-        SELECT a.kind, a.state, a.payload, a.idempotency_key FROM {schema}.agent_action a
-         WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
-           AND a.state IN ('PROPOSED', 'ADMITTED')
-        OFFSET 0) a
+  FROM (-- Lane by lane: a lateral subquery with OFFSET 0 (as a join, the planner hashed the
+        -- lanes and scanned the whole table).
+        SELECT a.kind, a.state, a.payload, a.idempotency_key
+          FROM {schema}.action_lane l
+          CROSS JOIN LATERAL (
+                SELECT a.kind, a.state, a.payload, a.idempotency_key
+                  FROM {schema}.agent_action a
+                 WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
+                   AND a.state IN ('PROPOSED', 'ADMITTED')
+                OFFSET 0) a
+         WHERE NOT %(scan)s
+        UNION ALL
+        SELECT a.kind, a.state, a.payload, a.idempotency_key
+          FROM {schema}.agent_action a
+         WHERE %(scan)s AND a.state IN ('PROPOSED', 'ADMITTED')) a
  WHERE {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
                              %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
  GROUP BY a.kind
@@ -710,20 +727,40 @@ SELECT kind, count(*) FROM {schema}.action_failure
 -- the lane row alone seven times in eight). Lane by lane, from the lane rows: every live
 -- action has one, and the ended actions of the last days, which no index of live ones
 -- separates any more (migration 21), are not read. A lane whose head does not wait costs its
--- head's probes only; the look behind the head is made for the waiting heads.
+-- head's probes only; the look behind the head is made for the waiting heads. Where the lanes
+-- are many for the table's size, %(scan)s first finds the lanes with two live actions or
+-- more (only those can be blocked) in one pass over the table (outbox_core/live_reads.py).
+WITH crowded AS MATERIALIZED (
+    SELECT c.lane_key FROM {schema}.agent_action c
+     WHERE %(scan)s AND c.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+     GROUP BY c.lane_key
+    HAVING count(*) > 1
+), lanes AS (
+    SELECT l.lane_key, l.head_id FROM {schema}.action_lane l WHERE NOT %(scan)s
+    UNION ALL
+    -- One lookup each per crowded lane: the planner cannot know how few lanes are crowded
+    -- (as a join it guessed 20 times too many and hashed both whole tables).
+    SELECT l.lane_key, l.head_id
+      FROM crowded c
+      JOIN LATERAL (
+            SELECT l.lane_key, l.head_id FROM {schema}.action_lane l
+             WHERE l.lane_key = c.lane_key LIMIT 1) l ON true
+)
 SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
        CASE WHEN h.state <> 'PROPOSED' THEN h.due_at END AS head_due,
        b.created_at AS since,
        NOT {schema}.decodable_v1(h.kind, h.payload, h.idempotency_key,
                                  %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
            AS foreign_head
-  FROM {schema}.action_lane l
+  FROM lanes l
   -- One index lookup each per lane; LIMIT keeps each lookup a lookup (as plain joins the
   -- planner hashed whole tables).
   LEFT JOIN {schema}.action_executing x ON x.lane_key = l.lane_key
   JOIN LATERAL (
         SELECT f.id FROM {schema}.agent_action f
-         WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+         -- A CASE, which the planner cannot estimate (claim_locked_v1 says why).
+         WHERE f.lane_key = l.lane_key
+           AND CASE WHEN f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING') THEN true END
            AND f.id >= coalesce(l.head_id, 0)
          ORDER BY f.id LIMIT 1) f ON true
   JOIN LATERAL (
@@ -732,7 +769,8 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
          WHERE h.id = coalesce(x.action_id, f.id) LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
-         WHERE w.lane_key = l.lane_key AND w.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+         WHERE w.lane_key = l.lane_key
+           AND CASE WHEN w.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING') THEN true END
            AND w.id > h.id
          ORDER BY w.id LIMIT 1) b ON true
  WHERE h.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
@@ -746,17 +784,23 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
 -- name: retrying_actions
 -- For `outbox status`: the live actions whose last attempt did not end them (a Retry, a
 -- Defer, a Reread, an attempt that raised), with that attempt's detail, the soonest to run
--- again first. A pass over the live actions, lane by lane as backlog_counts reads them:
--- status runs once, when an operator asks; the executor never runs it.
+-- again first. A pass over the live actions, lane by lane or over the table as backlog_counts
+-- reads them (%(scan)s): status runs once, when an operator asks; the executor never runs it.
 SELECT a.id, a.kind, a.lane_key, a.state, a.attempt, a.max_attempts, a.last_result,
        a.last_detail, CASE WHEN a.state = 'ADMITTED' THEN a.due_at ELSE a.lease_until END AS at
-  FROM {schema}.action_lane l
-  CROSS JOIN LATERAL (
+  FROM (SELECT a.*
+          FROM {schema}.action_lane l
+          CROSS JOIN LATERAL (
+                SELECT a.* FROM {schema}.agent_action a
+                 WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
+                   AND a.state IN ('ADMITTED', 'EXECUTING')
+                   AND a.last_result IN ('Retry', 'Defer', 'Reread')
+                OFFSET 0) a
+         WHERE NOT %(scan)s
+        UNION ALL
         SELECT a.* FROM {schema}.agent_action a
-         WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
-           AND a.state IN ('ADMITTED', 'EXECUTING')
-           AND a.last_result IN ('Retry', 'Defer', 'Reread')
-        OFFSET 0) a
+         WHERE %(scan)s AND a.state IN ('ADMITTED', 'EXECUTING')
+           AND a.last_result IN ('Retry', 'Defer', 'Reread')) a
  ORDER BY at, a.id
  LIMIT %(limit)s
 
@@ -787,10 +831,22 @@ SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at I
 -- The dashboard's panels (outbox_core/dashboard). Each reads what an operator reviews, never
 -- a payload.
 
--- name: dashboard_state_counts
--- Every action by kind and state (the ended ones too, until retention deletes them): one pass
--- over the table, made when a page or a live refresh asks (at most once a second per viewer).
-SELECT kind, state, count(*) FROM {schema}.agent_action GROUP BY kind, state ORDER BY kind, state
+-- name: dashboard_counts
+-- Every action by kind and state (the ended ones too, until retention deletes them), and the
+-- actions ended in each minute of the last hour by the state they ended in (minutes without
+-- any are left out: the page draws them as empty), in one pass over the table, made when a page
+-- or a live refresh asks (at most once a second per viewer). One pass for both: no index names
+-- ended_at (an ending writes it, and migration 21 keeps endings HOT), and the ended minutes
+-- were a second pass. A row of the counts has its kind and no minute; a row of the minutes, its
+-- minute and no kind.
+SELECT kind, state, minute, count(*)
+  FROM (SELECT kind, state,
+               CASE WHEN ended_at > now() - interval '1 hour'
+                    THEN date_trunc('minute', ended_at) END AS minute
+          FROM {schema}.agent_action) a
+ GROUP BY GROUPING SETS ((kind, state), (minute, state))
+HAVING GROUPING(kind) = 0 OR minute IS NOT NULL
+ ORDER BY kind, minute, state
 
 -- name: dashboard_uncertain
 -- The UNCERTAIN actions to review, newest first (action_failure's UNCERTAIN rows).
@@ -809,16 +865,6 @@ SELECT a.kind, a.stop_reason, count(*), max(a.ended_at)
  WHERE f.state = 'FAILED' AND f.ended_at > now() - interval '1 day'
  GROUP BY a.kind, a.stop_reason
  ORDER BY count(*) DESC, a.kind, a.stop_reason
-
--- name: dashboard_throughput
--- Actions ended in each minute of the last hour, by the state they ended in; minutes without
--- any are left out (the page draws them as empty). A pass over the table, as the state counts
--- above: no index names ended_at (an ending writes it, and migration 21 keeps endings HOT).
-SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
-  FROM {schema}.agent_action
- WHERE ended_at > now() - interval '1 hour'
- GROUP BY 1, 2
- ORDER BY 1, 2
 
 -- name: operator_lock_actions
 -- The actions an operator's resolve or retry names, locked in id order (an executor's ending

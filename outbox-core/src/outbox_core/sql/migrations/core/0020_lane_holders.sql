@@ -200,7 +200,13 @@ BEGIN
           LEFT JOIN {schema}.action_executing x ON x.lane_key = l.lane_key
           LEFT JOIN LATERAL (
                 SELECT f.id FROM {schema}.agent_action f
-                 WHERE f.lane_key = l.lane_key AND f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING')
+                 -- PROPOSED is live: a proposal holds its lane. The state test is a CASE: the
+                 -- planner cannot estimate it, and takes its default (one row in two) instead
+                 -- of the state's rarity among the kept ended actions, for which it chose to
+                 -- read and sort every action of the lane from head_id on (its whole backlog)
+                 -- rather than walk the index in id order to the first live one (migration 0020).
+                 WHERE f.lane_key = l.lane_key
+                   AND CASE WHEN f.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING') THEN true END
                    AND f.id >= l.head_id
                  ORDER BY f.id LIMIT 1) h ON true
     ), plan AS (

@@ -1,0 +1,31 @@
+"""How the passes over every live action read them: lane by lane, or the whole table once.
+
+No index of ``agent_action`` separates the live actions from the ended ones (core migration 21:
+an index on ``state`` would make every claim and ending write an entry into each index). The
+counts that need every live action (the waiting and proposed actions, the blocked lanes, once a
+minute; the retrying actions of ``outbox status``) read them one of two ways:
+
+* lane by lane, from each lane row's ``head_id`` (every live action has its lane's row, at or
+  after ``head_id``): a few index probes a lane, and none of the ended actions of the last
+  days; measured at about 3 us a lane for the counts and 8 us for the blocked lanes;
+* in one pass over the table: about 0.15 us a row, ended ones included.
+
+:func:`by_table` picks the pass over the table when the lane table is large for the action
+table's size, from the two relations' sizes on disk (exact and cheap to read, where the
+planner's row estimates are as old as the last ANALYZE). At ``LANE_COST`` bytes of action table
+for each byte of lane table, the two cost about the same: with a million actions, the lanes
+win below about 20,000 lanes, the table above (``bench/maintenance.py`` measures both).
+"""
+
+from __future__ import annotations
+
+# What reading one lane's live actions costs, in the bytes of action table that one pass reads
+# in the same time, per byte of the lane's row: 8 us a lane of about 80 bytes against 0.15 us
+# a row of about 200 bytes at fillfactor 50 (two rows' room each).
+LANE_COST = 130
+
+
+def by_table(lane_bytes: int, action_bytes: int) -> bool:
+    """Whether a pass over every live action should read the whole action table once rather
+    than lane by lane (``lane_bytes``, ``action_bytes``: the relations' sizes on disk)."""
+    return lane_bytes * LANE_COST > action_bytes
