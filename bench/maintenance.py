@@ -199,7 +199,6 @@ READS = {
     "dashboard_failures": {},
     "dashboard_state_counts": {},
     "dashboard_throughput": {},
-    "dashboard_counts": {},
 }
 
 

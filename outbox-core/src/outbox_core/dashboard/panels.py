@@ -123,12 +123,8 @@ def read_panels(conn: Connection[Any], outbox: Outbox) -> Panels:
     try:
         now: datetime = conn.execute("SELECT now()").fetchall()[0][0]
         panels = Panels(now=now)
-        minutes: list[tuple[datetime, str, int]] = []
-        for kind, state, minute, count in conn.execute(queries["dashboard_counts"]):
-            if kind is None:  # the endings of one minute of the last hour
-                minutes.append((minute, state, count))
-            else:
-                panels.by_state.setdefault(kind, {s: 0 for s in STATES})[state] = count
+        for kind, state, count in conn.execute(queries["dashboard_state_counts"]):
+            panels.by_state.setdefault(kind, {s: 0 for s in STATES})[state] = count
         for kind in outbox.registry.kinds:
             panels.by_state.setdefault(kind, {s: 0 for s in STATES})
         panels.by_state = dict(sorted(panels.by_state.items()))
@@ -138,7 +134,7 @@ def read_panels(conn: Connection[Any], outbox: Outbox) -> Panels:
             for row in conn.execute(queries["dashboard_uncertain"], {"limit": UNCERTAIN_LISTED})
         ]
         panels.failures = [Failure(*row) for row in conn.execute(queries["dashboard_failures"])]
-        panels.throughput = _minutes(now, minutes)
+        panels.throughput = _minutes(now, conn.execute(queries["dashboard_throughput"]))
     finally:
         conn.execute("ROLLBACK")
     panels.kinds = _kinds(outbox)

@@ -831,22 +831,10 @@ SELECT count(*) FILTER (WHERE state = 'DONE'), count(*) FILTER (WHERE ended_at I
 -- The dashboard's panels (outbox_core/dashboard). Each reads what an operator reviews, never
 -- a payload.
 
--- name: dashboard_counts
--- Every action by kind and state (the ended ones too, until retention deletes them), and the
--- actions ended in each minute of the last hour by the state they ended in (minutes without
--- any are left out: the page draws them as empty), in one pass over the table, made when a page
--- or a live refresh asks (at most once a second per viewer). One pass for both: no index names
--- ended_at (an ending writes it, and migration 21 keeps endings HOT), and the ended minutes
--- were a second pass. A row of the counts has its kind and no minute; a row of the minutes, its
--- minute and no kind.
-SELECT kind, state, minute, count(*)
-  FROM (SELECT kind, state,
-               CASE WHEN ended_at > now() - interval '1 hour'
-                    THEN date_trunc('minute', ended_at) END AS minute
-          FROM {schema}.agent_action) a
- GROUP BY GROUPING SETS ((kind, state), (minute, state))
-HAVING GROUPING(kind) = 0 OR minute IS NOT NULL
- ORDER BY kind, minute, state
+-- name: dashboard_state_counts
+-- Every action by kind and state (the ended ones too, until retention deletes them): one pass
+-- over the table, made when a page or a live refresh asks (at most once a second per viewer).
+SELECT kind, state, count(*) FROM {schema}.agent_action GROUP BY kind, state ORDER BY kind, state
 
 -- name: dashboard_uncertain
 -- The UNCERTAIN actions to review, newest first (action_failure's UNCERTAIN rows).
@@ -865,6 +853,16 @@ SELECT a.kind, a.stop_reason, count(*), max(a.ended_at)
  WHERE f.state = 'FAILED' AND f.ended_at > now() - interval '1 day'
  GROUP BY a.kind, a.stop_reason
  ORDER BY count(*) DESC, a.kind, a.stop_reason
+
+-- name: dashboard_throughput
+-- Actions ended in each minute of the last hour, by the state they ended in; minutes without
+-- any are left out (the page draws them as empty). A pass over the table, as the state counts
+-- above: no index names ended_at (an ending writes it, and migration 21 keeps endings HOT).
+SELECT date_trunc('minute', ended_at) AS minute, state, count(*)
+  FROM {schema}.agent_action
+ WHERE ended_at > now() - interval '1 hour'
+ GROUP BY 1, 2
+ ORDER BY 1, 2
 
 -- name: operator_lock_actions
 -- The actions an operator's resolve or retry names, locked in id order (an executor's ending
