@@ -118,6 +118,8 @@ PEERS = (("procrastinate", "psycopg"), ("pgqueuer", "asyncpg"), ("pgqueuer", "ps
 BEFORE = "749498e234ff5bf4849b9f14d29123f448bf41a9"
 # outbox's workloads that the build before runs too (`--before`).
 BEFORE_WORKLOADS = (
+    "enqueue_single",
+    "enqueue_bulk",
     "burn",
     "burn_fenced",
     "burn_traced",
