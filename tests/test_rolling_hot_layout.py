@@ -237,7 +237,7 @@ def test_the_build_before_survives_the_hot_layout_and_runs_beside_the_new_build(
     assert producer.error is None
     old_result, new_result = result(old), result(new)
     # Whatever is left runs on the new build alone.
-    last = result(runner(NEW_SRC, url, "new-last", "run", "--seconds", "4"))
+    last = result(runner(NEW_SRC, url, "new-last", "run", "--seconds", "60", "--until-done"))
     watch.stop.set()
     watch.join()
 

@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 
-from outbox_core import ActionRequest
+from outbox_core import ActionRequest, live_reads
 from outbox_core.operator import resolve_absent
 from outbox_core.testing import OutboxTestDatabase
 
@@ -326,14 +326,26 @@ def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(
     answers = {}
     for scan in (False, True):
         answers[scan] = [
-            sorted(db.rows(db.outbox.queries[name], {**params, "limit": 100, "scan": scan}))
+            sorted(
+                db.rows(
+                    db.outbox.queries[name],
+                    {**params, "limit": 100, "scan": scan, "budget": None},
+                )
+            )
             for name in ("backlog_counts", "blocked_lanes", "retrying_actions")
         ]
     counts, blocked, retrying = answers[False]
-    assert counts == [("TEST_NOOP", 8, 1)]  # busy-head executes; p-head is proposed
+    # Admitted, proposed, read: busy-head executes, p-head is proposed.
+    assert counts == [("TEST_NOOP", 8, 1, 9)]
+    assert live_reads.counted(counts, False) == {"TEST_NOOP": (8, 1)}
     assert sorted(row[1] for row in blocked) == ["backoff", "proposed"]
     assert [row[2] for row in retrying] == ["backoff"]
     assert answers[True] == answers[False]
+    # Lane by lane, the counts stop at their budget of rows read: the caller reads the table.
+    cut = db.rows(db.outbox.queries["backlog_counts"], {**params, "scan": False, "budget": 4})
+    assert sum(row[3] for row in cut) == 4
+    assert live_reads.counted(cut, False, budget=4) is None
+    assert live_reads.counted(cut, True, budget=4) is not None  # the table is read whole
 
 
 def test_a_claim_finds_a_long_lanes_head_without_reading_its_backlog(

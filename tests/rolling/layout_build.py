@@ -7,8 +7,9 @@ that a newer build's migrations left.
     python layout_build.py --src DIR --url URL --build NAME run --seconds S
 
 ``migrate`` applies the build's core migrations. ``run`` runs an executor (its claim loop and
-its maintenance loop: expiry, retention, the gauges) for ``--seconds``, then prints one JSON
-line: the attempts it started and every log record of level WARNING or above. Each attempt of
+its maintenance loop: expiry, retention, the gauges) for ``--seconds`` (with ``--until-done``:
+until no live action is left, or ``--seconds`` have passed), then prints one JSON line: the
+attempts it started and every log record of level WARNING or above. Each attempt of
 its kind fences, records itself in ``public.layout_record`` and ends Done; an action whose key
 ends in ``:slow`` takes a second, so that actions are EXECUTING while the schema changes.
 """
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--build", required=True)
     parser.add_argument("command", choices=["migrate", "run"])
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--until-done", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, args.src)
 
@@ -98,6 +100,16 @@ def main() -> None:
                 await asyncio.sleep(1.0)
             return Done(f"{args.build}-{attempt.id}")
 
+    async def live(url: str) -> int:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM outbox.agent_action "
+                "WHERE kind = %s AND state IN ('ADMITTED', 'EXECUTING')",
+                (KIND,),
+            )
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
     registry = KindRegistry()
     registry.register(Recording, distribution="outbox-rolling", version=args.build)
     settings = OutboxSettings(
@@ -120,7 +132,11 @@ def main() -> None:
         stop = asyncio.Event()
         async with executor:
             running = asyncio.create_task(executor.run(stop))
-            await asyncio.sleep(args.seconds)
+            deadline = asyncio.get_running_loop().time() + args.seconds
+            while asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+                if args.until_done and not await live(args.url):
+                    break
             stop.set()
             await running
             return executor.attempts.started

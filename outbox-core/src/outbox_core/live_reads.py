@@ -15,9 +15,18 @@ table's size, from the two relations' sizes on disk (exact and cheap to read, wh
 planner's row estimates are as old as the last ANALYZE). At ``LANE_COST`` bytes of action table
 for each byte of lane table, the two cost about the same: with a million actions, the lanes
 win below about 20,000 lanes, the table above (``bench/maintenance.py`` measures both).
+
+The blocked lanes cost a few probes a lane however long the lanes; the waiting and proposed
+counts read every live action, each by a probe of its own, so lane by lane they also cost a
+probe a live action, which a million pending in 10,000 lanes made a second of the server's
+time. They read at most ``LANE_READ_BUDGET`` actions lane by lane, and the table once when that
+was not all (:func:`counted`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 # What reading one lane's live actions costs, in the bytes of action table that one pass reads
 # in the same time, per byte of the lane's row: 8 us a lane of about 80 bytes against 0.15 us
@@ -29,3 +38,19 @@ def by_table(lane_bytes: int, action_bytes: int) -> bool:
     """Whether a pass over every live action should read the whole action table once rather
     than lane by lane (``lane_bytes``, ``action_bytes``: the relations' sizes on disk)."""
     return lane_bytes * LANE_COST > action_bytes
+
+
+# The most live actions the waiting and proposed counts read lane by lane (about 0.1 s of the
+# server's time) before they read the table once instead.
+LANE_READ_BUDGET = 100_000
+
+
+def counted(
+    rows: Sequence[Sequence[Any]], scan: bool, budget: int = LANE_READ_BUDGET
+) -> dict[str, tuple[int, int]] | None:
+    """The admitted and proposed actions by kind from ``backlog_counts``' rows (kind, admitted,
+    proposed, rows read), or None when its pass lane by lane (``scan`` false) stopped at its
+    ``budget`` of rows: read the table then."""
+    if not scan and sum(int(row[3]) for row in rows) >= budget:
+        return None
+    return {str(row[0]): (int(row[1]), int(row[2])) for row in rows if row[0] is not None}

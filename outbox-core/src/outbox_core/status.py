@@ -138,8 +138,18 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         stats.setdefault(kind, {})["executing"] = executing
     sizes = conn.execute(queries["live_read_sizes"]).fetchone()
     scan = sizes is not None and live_reads.by_table(*sizes)
+    # The blocked lanes by the tables' sizes; the counts, which read every live action (and so
+    # the retrying ones), also by how many there are.
     params = {**params, "scan": scan}
-    for kind, admitted, proposed in conn.execute(queries["backlog_counts"], params):
+    live = None
+    while live is None:  # lane by lane, then the table if that was not all
+        rows = conn.execute(
+            queries["backlog_counts"], {**params, "budget": live_reads.LANE_READ_BUDGET}
+        ).fetchall()
+        live = live_reads.counted(rows, params["scan"])
+        count_scan, params["scan"] = params["scan"], True
+    params["scan"] = scan
+    for kind, (admitted, proposed) in live.items():
         # The waiting actions are the admitted ones less the due heads; read by a later
         # statement (the caller's connection, not one snapshot), so a head claimed in between
         # must not make the difference negative.
@@ -161,7 +171,7 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
         stats.setdefault(kind, {}).update(lanes_blocked=count, lanes_scheduled=scheduled[kind])
     retrying = [
         LastAttempt(*row)
-        for row in conn.execute(queries["retrying_actions"], {"limit": lanes, "scan": scan})
+        for row in conn.execute(queries["retrying_actions"], {"limit": lanes, "scan": count_scan})
     ]
     failed = [
         LastAttempt(*row) for row in conn.execute(queries["recent_failures"], {"limit": lanes})

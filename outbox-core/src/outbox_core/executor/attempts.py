@@ -50,6 +50,9 @@ class Attempts:
         self._short_given: dict[int, int] = {}
         # While drain() runs: the attempts whose execute() broke its contract, raised at the end.
         self.wrong_results: list[AdapterContractError] | None = None
+        # The lease every claim of this executor asks for, made once (a timedelta an attempt
+        # was 1 % of its CPU).
+        self._lease = timedelta(seconds=runtime.settings.lease_seconds)
 
     def dispatch(self, rows: Sequence[tuple[Any, ...]]) -> list[asyncio.Task[None]]:
         """Start a task for each claimed row (claim_v1's rows, then the stored trace context:
@@ -169,7 +172,11 @@ class Attempts:
         slots = self._slots_for(claimed.kind)
         if slots is not None:
             await slots.acquire()
-        activation = await self._trace(attempt, stored) if traced else None
+        activation = None
+        if traced:
+            if stored is None:  # the claim did not read it (see _trace)
+                stored = await self.traces.read(attempt.id)
+            activation = self._trace(attempt, stored)
         started = time.perf_counter()
         result: AdapterResult | BaseException
         token = egress_token()
@@ -244,20 +251,16 @@ class Attempts:
         # Not awaited: the attempt's task ends here, and the ender reports a stale ending.
         self.endings.post(ending)
 
-    async def _trace(
-        self, attempt: ActionAttempt, stored: TraceContext
-    ) -> tracing.Activation | None:
+    def _trace(self, attempt: ActionAttempt, stored: TraceContext) -> tracing.Activation | None:
         """Start the attempt's span, child of the context stored at enqueue, and make it the
         current span while execute() runs (so the provider client's spans nest under it); the
         token that detaches it. The claim returns the stored context with its row; only when
-        it did not (``stored`` None: the action was enqueued while the claim ran, or tracing
-        was turned on since) is it read here. A trace that cannot be started (the stored
-        context unreadable: the database went away, a row written by hand) never stops the
-        attempt, which holds its kind's slot here and must reach its ending: it runs without a
-        span."""
+        it did not (the action was enqueued while the claim ran, or tracing was turned on
+        since) has the caller read it first (:class:`TraceContexts`, which answers None when
+        it cannot). A trace that cannot be started (a stored context written by hand that does
+        not parse) never stops the attempt, which holds its kind's slot here and must reach its
+        ending: it runs without a span."""
         try:
-            if stored is None:
-                stored = await self.traces.read(attempt.id)
             attempt.span = tracing.start_attempt(attempt.action, stored)
             return tracing.activate(attempt.span)
         except Exception as exc:
@@ -349,8 +352,7 @@ class Attempts:
         # plus the lease it asks for (claims.py, endings.py); no Python clock is compared with a
         # database time.
         lease_until = claimed.lease_until
-        lease = timedelta(seconds=self.rt.settings.lease_seconds)
-        claimed_at = None if lease_until is None else lease_until - lease
+        claimed_at = None if lease_until is None else lease_until - self._lease
         # Positional: a named tuple built from keywords takes half as long again.
         return AttemptFacts(
             claimed.id,

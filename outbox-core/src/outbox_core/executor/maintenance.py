@@ -206,13 +206,20 @@ class Maintenance:
             if full:
                 cursor = await conn.execute(rt.queries["live_read_sizes"])
                 ((lane_bytes, action_bytes),) = await cursor.fetchall()
-                params["scan"] = live_reads.by_table(lane_bytes, action_bytes)
-                cursor = await conn.execute(rt.queries["backlog_counts"], params)
-                for kind, admitted, proposed in await cursor.fetchall():
+                params["scan"] = scan = live_reads.by_table(lane_bytes, action_bytes)
+                counts = None
+                while counts is None:  # lane by lane, then the table if that was not all
+                    cursor = await conn.execute(
+                        rt.queries["backlog_counts"],
+                        {**params, "scan": scan, "budget": live_reads.LANE_READ_BUDGET},
+                    )
+                    counts = live_reads.counted(await cursor.fetchall(), scan)
+                    scan = True
+                for kind, (admitted, proposals) in counts.items():
                     if admitted > due_admitted.get(kind, 0):
                         snapshot.waiting[kind] = admitted - due_admitted.get(kind, 0)
-                    if proposed:
-                        snapshot.proposed[kind] = proposed
+                    if proposals:
+                        snapshot.proposed[kind] = proposals
                 cursor = await conn.execute(
                     rt.queries["blocked_lanes"], {**params, "limit": 100_000}
                 )

@@ -577,10 +577,12 @@ SELECT current_setting('track_counts')::bool
 -- account (applications write lanes such as account:<id>), and a lane without a live action
 -- needs no row: the next enqueue into it makes one again (its upsert, waiting on this delete,
 -- inserts). Ended actions need no lane row; those of other accounts keep their own lane key.
+-- A live action is at or after the lane row's head_id: the lane's ended actions before it are
+-- not read (no index separates live from ended ones: migration 21).
 DELETE FROM {schema}.action_lane l
  WHERE l.lane_key = ANY(%(lanes)s::text[])
    AND NOT EXISTS (SELECT 1 FROM {schema}.agent_action a
-                    WHERE a.lane_key = l.lane_key
+                    WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
                       AND a.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING'))
 
 -- name: make_due
@@ -685,31 +687,36 @@ SELECT a.kind, count(*)
 -- admission, not for an executor. Every live action has its lane's row, at or after its
 -- head_id (enqueue keeps head_id at or below the lowest live id; a claim moves it to the head):
 -- the actions are read lane by lane from there, so the ended actions of the last days, which
--- no index of live ones separates any more (migration 21), are not read. That costs a few
--- index probes a lane; where the lanes are many for the table's size, %(scan)s reads the
--- table once instead (outbox_core/live_reads.py chooses; the branch not taken is a false
--- one-time filter of the plan, never run).
-SELECT a.kind,
-       count(*) FILTER (WHERE a.state = 'ADMITTED') AS admitted,
-       count(*) FILTER (WHERE a.state = 'PROPOSED') AS proposed
-  FROM (-- Lane by lane: a lateral subquery with OFFSET 0 (as a join, the planner hashed the
-        -- lanes and scanned the whole table).
-        SELECT a.kind, a.state, a.payload, a.idempotency_key
-          FROM {schema}.action_lane l
-          CROSS JOIN LATERAL (
+-- no index of live ones separates any more (migration 21), are not read. That costs an index
+-- probe a lane and one a live action; where the lanes are many for the table's size, or the
+-- live actions many (more than %(budget)s read), %(scan)s reads the table once instead
+-- (outbox_core/live_reads.py chooses; the branch not taken is a false one-time filter of the
+-- plan, never run). A row per kind this build decodes (kind NULL: the rows it does not), with
+-- the rows read, which the caller compares with %(budget)s.
+SELECT CASE WHEN a.ours THEN a.kind END,
+       count(*) FILTER (WHERE a.ours AND a.state = 'ADMITTED') AS admitted,
+       count(*) FILTER (WHERE a.ours AND a.state = 'PROPOSED') AS proposed,
+       count(*) AS read
+  FROM (SELECT a.kind, a.state,
+               {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key, %(kinds)s::text[],
+                                     %(paths)s::jsonpath[], %(suffixes)s::text[]) AS ours
+          FROM (-- Lane by lane: a lateral subquery with OFFSET 0 (as a join, the planner
+                -- hashed the lanes and scanned the whole table).
+                (SELECT a.kind, a.state, a.payload, a.idempotency_key
+                   FROM {schema}.action_lane l
+                   CROSS JOIN LATERAL (
+                         SELECT a.kind, a.state, a.payload, a.idempotency_key
+                           FROM {schema}.agent_action a
+                          WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
+                            AND a.state IN ('PROPOSED', 'ADMITTED')
+                         OFFSET 0) a
+                  WHERE NOT %(scan)s
+                  LIMIT %(budget)s)
+                UNION ALL
                 SELECT a.kind, a.state, a.payload, a.idempotency_key
                   FROM {schema}.agent_action a
-                 WHERE a.lane_key = l.lane_key AND a.id >= coalesce(l.head_id, 0)
-                   AND a.state IN ('PROPOSED', 'ADMITTED')
-                OFFSET 0) a
-         WHERE NOT %(scan)s
-        UNION ALL
-        SELECT a.kind, a.state, a.payload, a.idempotency_key
-          FROM {schema}.agent_action a
-         WHERE %(scan)s AND a.state IN ('PROPOSED', 'ADMITTED')) a
- WHERE {schema}.decodable_v1(a.kind, a.payload, a.idempotency_key,
-                             %(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[])
- GROUP BY a.kind
+                 WHERE %(scan)s AND a.state IN ('PROPOSED', 'ADMITTED')) a) a
+ GROUP BY 1
 
 -- name: uncertain_counts
 -- The UNCERTAIN actions by kind: action_failure's rows (migration 20), through its index of
@@ -769,6 +776,7 @@ SELECT h.kind, l.lane_key, h.id AS head_id, h.state AS head_state,
          WHERE h.id = coalesce(x.action_id, f.id) LIMIT 1) h ON true
   JOIN LATERAL (
         SELECT w.created_at FROM {schema}.agent_action w
+         -- A CASE, as above: the first live action after the head, not the lane's backlog.
          WHERE w.lane_key = l.lane_key
            AND CASE WHEN w.state IN ('PROPOSED', 'ADMITTED', 'EXECUTING') THEN true END
            AND w.id > h.id
