@@ -319,6 +319,16 @@ def measure(url: str, queries: dict[str, str], new: bool, runs: int) -> dict[str
             out["expired_actions"] = timed(
                 conn, lambda c: c.execute(expired, full).fetchall(), runs
             )
+        # A fence batch of the 500 executing actions (each at epoch 1, a lease of an hour).
+        fenced = conn.execute(
+            "SELECT array_agg(id) FROM outbox.agent_action WHERE lane_key LIKE 'live-%%' "
+            "AND lease_until IS NOT NULL"
+        ).fetchone()[0]  # type: ignore[index]
+        conn.rollback()
+        fence = {"ids": fenced, "epochs": [1] * len(fenced), "margin": 60.0}
+        out["begin_write_500"] = timed(
+            conn, lambda c: c.execute(queries["begin_write"], fence).fetchall(), runs
+        )
         seen: list[tuple[int, int]] = []
         out["retention_sweep_ms"] = timed(
             conn, retention_sweep(queries, new, seen), max(1, runs // 2)
