@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from harness import Timer, bench_database, emit, log
 
+from outbox_core import live_reads
 from outbox_core.executor.maintenance import DUE_LANES_READ
 from outbox_core.sqlfiles import parse_named, render
 
@@ -87,6 +88,17 @@ STATEMENTS = {
 }
 
 
+def run_statement(
+    conn: psycopg.Connection[Any], name: str, sql: str, params: dict[str, Any]
+) -> None:
+    """One statement as the executor runs it: the counts of a build that reads lane by lane
+    (``%(scan)s``) read the table too when the lanes held more than their budget."""
+    rows = conn.execute(sql, params).fetchall()
+    counts = name == "backlog_counts" and "scan" in params
+    if counts and live_reads.counted(rows, params["scan"]) is None:
+        conn.execute(sql, {**params, "scan": True}).fetchall()
+
+
 def measure(args: argparse.Namespace, shape: str) -> None:
     with bench_database() as db:
         outbox = db.outbox
@@ -107,6 +119,17 @@ def measure(args: argparse.Namespace, shape: str) -> None:
                 conn.execute("VACUUM ANALYZE outbox.action_lane")
             log(f"{shape}: {args.count:,} rows in {timer.seconds:.1f} s")
             conn.execute("SET jit = off")
+            # What the passes over live actions take in a build that reads lanes or the table.
+            sized: dict[str, Any] = {}
+            if "live_read_sizes" in outbox.queries:  # lanes or the table, as the executor picks
+                ((lane_bytes, action_bytes),) = conn.execute(
+                    outbox.queries["live_read_sizes"]
+                ).fetchall()
+                sized["scan"] = live_reads.by_table(lane_bytes, action_bytes)
+                sized["budget"] = live_reads.LANE_READ_BUDGET
+                log(
+                    f"{shape}: the passes over live actions read {'the table' if sized['scan'] else 'lane by lane'}"
+                )
             timed = [
                 (build, name, period, limit, queries[name])
                 for build, queries in builds.items()
@@ -119,7 +142,11 @@ def measure(args: argparse.Namespace, shape: str) -> None:
             for run in range(args.runs + 1):
                 for build, name, _, limit, sql in timed:
                     started = time.perf_counter()
-                    conn.execute(sql, {**params, "limit": limit}).fetchall()
+                    build_params = {
+                        **params,
+                        **(sized if "live_read_sizes" in builds[build] else {}),
+                    }
+                    run_statement(conn, name, sql, {**build_params, "limit": limit})
                     if run:
                         times.setdefault((build, name), []).append(
                             (time.perf_counter() - started) * 1000
@@ -127,7 +154,12 @@ def measure(args: argparse.Namespace, shape: str) -> None:
             for build, name, period, limit, sql in timed:
                 if args.explain:
                     text = conn.execute(
-                        "EXPLAIN (ANALYZE, BUFFERS) " + sql, {**params, "limit": limit}
+                        "EXPLAIN (ANALYZE, BUFFERS) " + sql,
+                        {
+                            **params,
+                            **(sized if "live_read_sizes" in builds[build] else {}),
+                            "limit": limit,
+                        },
                     ).fetchall()
                     log(f"-- {shape} {build} {name}\n" + "\n".join(line for (line,) in text))
                 runs = times[(build, name)]
