@@ -18,6 +18,7 @@ from outbox_core import (
     StopReason,
 )
 from outbox_core.erasure import erase_subject
+from outbox_core.executor import maintenance
 from outbox_core.lane_locks import LocksBusy
 from outbox_core.testing import OutboxTestDatabase
 
@@ -290,6 +291,39 @@ async def test_an_action_whose_write_started_never_expires_or_cancels_and_reads_
         (1, False),
         (2, True),
         (2, True),  # a Defer does not count the attempt
+    ]
+
+
+async def test_the_expiry_sweep_reads_the_expiries_since_its_last_and_keeps_that_window_when_its_writes_fail(
+    db: OutboxTestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between its full passes the expiry sweep reads only the expiries since its last sweep
+    (less a margin: none here, so that the test needs no minute's wait). An action that expired
+    since is found; a sweep whose endings could not be written leaves the window where it was,
+    so that the next sweep finds those actions again rather than an hour later."""
+    monkeypatch.setattr(maintenance, "EXPIRY_MARGIN", timedelta(0))
+    async with db.executor() as executor:
+        assert await executor.sweep_expired(full=True) == 0
+        expires = db_now(db) + timedelta(milliseconds=300)
+        first = enqueue(db, "first", lane="a", expires_at=expires)
+        await wait_until_past(db, expires)
+        assert await executor.sweep_expired(full=False) == 1
+
+        expires = db_now(db) + timedelta(milliseconds=300)
+        second = enqueue(db, "second", lane="b", expires_at=expires)
+        await wait_until_past(db, expires)
+
+        async def unwritten(ending: object) -> bool:
+            raise ConnectionError("the database went away under the sweep")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(executor.maintenance.endings, "submit", unwritten)
+            with pytest.raises(ConnectionError):
+                await executor.sweep_expired(full=False)
+        assert await executor.sweep_expired(full=False) == 1
+    assert db.rows("SELECT id, state, stop_reason FROM {schema}.agent_action ORDER BY id") == [
+        (first, "CANCELLED", StopReason.EXPIRED),
+        (second, "CANCELLED", StopReason.EXPIRED),
     ]
 
 

@@ -110,10 +110,6 @@ class Maintenance:
             now = (await cursor.fetchall())[0][0]
             cursor = await conn.execute(self.rt.queries["expired_actions"], params)
             rows = await cursor.fetchall()
-        if len(rows) < limit:  # else more are due in the window: read it again next time
-            self._expiry_since = now - EXPIRY_MARGIN
-            if full:
-                self._expiry_full_at = time.monotonic()
         endings = [
             Ending(
                 action_id,
@@ -128,6 +124,13 @@ class Maintenance:
             for action_id, kind, lane_key, epoch in rows
         ]
         answers = await asyncio.gather(*(self.endings.submit(ending) for ending in endings))
+        # The window moves on once its expirations are written (a failed write leaves it, so
+        # the next sweep reads those actions again) and when it held them all (else more are
+        # due in it: read it again next time).
+        if len(rows) < limit:
+            self._expiry_since = now - EXPIRY_MARGIN
+            if full:
+                self._expiry_full_at = time.monotonic()
         return sum(answers)
 
     async def sweep_retention(self) -> int:

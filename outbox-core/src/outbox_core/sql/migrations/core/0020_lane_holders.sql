@@ -138,7 +138,7 @@ COMMENT ON TABLE {schema}.action_failure IS
     'One row per action of agent_action that ended FAILED or UNCERTAIN; kept by agent_action''s triggers';
 
 INSERT INTO {schema}.action_failure (action_id, kind, state, ended_at)
-SELECT id, kind, state, ended_at FROM {schema}.agent_action WHERE state IN ('FAILED', 'UNCERTAIN');
+SELECT id, kind, state, coalesce(ended_at, now()) FROM {schema}.agent_action WHERE state IN ('FAILED', 'UNCERTAIN');
 
 -- An action entering FAILED or UNCERTAIN (an ending, an operator's resolution of an UNCERTAIN
 -- one as not done), or leaving them (a resolution as done, a read-back again), or deleted in
