@@ -1112,7 +1112,8 @@ def main() -> None:
                 "repeat": repeat,
                 "quick": args.quick,
                 "runs": table.raw,
-                "errors": table.errors,
+                # JSON keys are strings: "workload / system" (and " / run").
+                "errors": {" / ".join(k): v for k, v in table.errors.items()},
                 "skipped": {" / ".join(map(str, k)): v for k, v in table.skipped.items()},
             },
             indent=1,
