@@ -93,10 +93,15 @@ def run_statement(
 ) -> None:
     """One statement as the executor runs it: the counts of a build that reads lane by lane
     (``%(scan)s``) read the table too when the lanes held more than their budget."""
-    rows = conn.execute(sql, params).fetchall()
-    counts = name == "backlog_counts" and "scan" in params
-    if counts and live_reads.counted(rows, params["scan"]) is None:
-        conn.execute(sql, {**params, "scan": True}).fetchall()
+    if name == "backlog_counts" and "scan" in params:
+        live_reads.count_live(
+            lambda scan, budget: conn.execute(
+                sql, {**params, "scan": scan, "budget": budget}
+            ).fetchall(),
+            params["scan"],
+        )
+    else:
+        conn.execute(sql, params).fetchall()
 
 
 def measure(args: argparse.Namespace, shape: str) -> None:

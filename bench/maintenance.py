@@ -281,15 +281,12 @@ def measure(url: str, queries: dict[str, str], new: bool, runs: int) -> dict[str
                 from outbox_core import live_reads
 
                 def chosen(c: Any, q: str = query, p: dict[str, Any] = params) -> None:
-                    scan = bool(p["scan"])
-                    budget = live_reads.LANE_READ_BUDGET
-                    while (
-                        live_reads.counted(
-                            c.execute(q, {**p, "scan": scan, "budget": budget}).fetchall(), scan
-                        )
-                        is None
-                    ):
-                        scan = True
+                    live_reads.count_live(
+                        lambda by_table, budget: c.execute(
+                            q, {**p, "scan": by_table, "budget": budget}
+                        ).fetchall(),
+                        bool(p["scan"]),
+                    )
 
                 out[name] = timed(conn, chosen, runs)
             else:

@@ -25,7 +25,7 @@ was not all (:func:`counted`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 # What reading one lane's live actions costs, in the bytes of action table that one pass reads
@@ -54,3 +54,26 @@ def counted(
     if not scan and sum(int(row[3]) for row in rows) >= budget:
         return None
     return {str(row[0]): (int(row[1]), int(row[2])) for row in rows if row[0] is not None}
+
+
+Counts = dict[str, tuple[int, int]]
+
+
+def count_live(
+    run: Callable[[bool, int], Sequence[Sequence[Any]]], scan: bool
+) -> tuple[Counts, bool]:
+    """``backlog_counts`` as every reader runs it: ``run(scan, budget)`` returns its rows; lane
+    by lane (``scan`` false) up to the budget, then the table once if that was not all. The
+    counts, and whether they read the table."""
+    while (counts := counted(run(scan, LANE_READ_BUDGET), scan)) is None:
+        scan = True
+    return counts, scan
+
+
+async def acount_live(
+    run: Callable[[bool, int], Awaitable[Sequence[Sequence[Any]]]], scan: bool
+) -> tuple[Counts, bool]:
+    """:func:`count_live` for an async ``run``."""
+    while (counts := counted(await run(scan, LANE_READ_BUDGET), scan)) is None:
+        scan = True
+    return counts, scan

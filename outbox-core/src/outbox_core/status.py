@@ -141,14 +141,12 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     # The blocked lanes by the tables' sizes; the counts, which read every live action (and so
     # the retrying ones), also by how many there are.
     params = {**params, "scan": scan}
-    live = None
-    while live is None:  # lane by lane, then the table if that was not all
-        rows = conn.execute(
-            queries["backlog_counts"], {**params, "budget": live_reads.LANE_READ_BUDGET}
-        ).fetchall()
-        live = live_reads.counted(rows, params["scan"])
-        count_scan, params["scan"] = params["scan"], True
-    params["scan"] = scan
+    live, count_scan = live_reads.count_live(
+        lambda by_table, budget: conn.execute(
+            queries["backlog_counts"], {**params, "scan": by_table, "budget": budget}
+        ).fetchall(),
+        scan,
+    )
     for kind, (admitted, proposed) in live.items():
         # The waiting actions are the admitted ones less the due heads; read by a later
         # statement (the caller's connection, not one snapshot), so a head claimed in between

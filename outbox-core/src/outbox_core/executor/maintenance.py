@@ -209,15 +209,15 @@ class Maintenance:
             if full:
                 cursor = await conn.execute(rt.queries["live_read_sizes"])
                 ((lane_bytes, action_bytes),) = await cursor.fetchall()
-                params["scan"] = scan = live_reads.by_table(lane_bytes, action_bytes)
-                counts = None
-                while counts is None:  # lane by lane, then the table if that was not all
-                    cursor = await conn.execute(
-                        rt.queries["backlog_counts"],
-                        {**params, "scan": scan, "budget": live_reads.LANE_READ_BUDGET},
+                params["scan"] = by_table = live_reads.by_table(lane_bytes, action_bytes)
+
+                async def backlog_counts(scan: bool, budget: int) -> list[tuple[object, ...]]:
+                    counted = await conn.execute(
+                        rt.queries["backlog_counts"], {**params, "scan": scan, "budget": budget}
                     )
-                    counts = live_reads.counted(await cursor.fetchall(), scan)
-                    scan = True
+                    return await counted.fetchall()
+
+                counts, _ = await live_reads.acount_live(backlog_counts, by_table)
                 for kind, (admitted, proposals) in counts.items():
                     if admitted > due_admitted.get(kind, 0):
                         snapshot.waiting[kind] = admitted - due_admitted.get(kind, 0)
