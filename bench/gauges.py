@@ -20,6 +20,8 @@ Shapes (all of the measured kind, BENCH_NOOP, which the gauges count):
   not_due         one action per lane, each in a backoff of an hour
   claimable       one due action per lane (an overloaded system: everything is due)
   hot             one lane: its head executing under a long lease, every other action behind it
+  lanes_10k       10,000 lanes, each with its head executing under a long lease and 99 actions
+                  behind it (the burn's pending shape of that name: every live action waits)
 """
 
 from __future__ import annotations
@@ -74,6 +76,16 @@ SHAPES: dict[str, list[str]] = {
         "lease_until = now() + interval '1 day' WHERE idempotency_key = 'p-1'",
         "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
         "SELECT 'hot', now() + interval '1 day', min(id), 'BENCH_NOOP' FROM outbox.agent_action",
+    ],
+    "lanes_10k": [
+        INSERT + "SELECT 'BENCH_NOOP', false, true, 'lane-' || (g %% 10000), 'p-' || g, '{}', 5, "
+        "now(), 0, NULL FROM generate_series(1, %(n)s) g",
+        "UPDATE outbox.agent_action SET state = 'EXECUTING', epoch = 1, attempt = 1, "
+        "lease_until = now() + interval '1 day' "
+        "WHERE id IN (SELECT min(id) FROM outbox.agent_action GROUP BY lane_key)",
+        "INSERT INTO outbox.action_lane (lane_key, next_at, head_id, head_kind) "
+        "SELECT lane_key, now() + interval '1 day', min(id), 'BENCH_NOOP' "
+        "FROM outbox.agent_action GROUP BY lane_key",
     ],
 }
 # The gauges' statements, whichever of them this build has, how often an executor runs each, and
