@@ -127,6 +127,7 @@ def measure(args: argparse.Namespace, shape: str) -> None:
             "kinds": flt.kinds,
             "paths": flt.paths,
             "suffixes": flt.suffixes,
+            "filtered": flt.filtered,
         }
         with psycopg.connect(db.url, autocommit=True) as conn:
             with Timer() as timer:

@@ -51,7 +51,7 @@ BEFORE = "749498e234ff5bf4849b9f14d29123f448bf41a9"
 QUERIES = "outbox-core/src/outbox_core/sql/queries.sql"
 KIND = "BENCH_NOOP"
 KEEP = 30 * 86400.0
-FILTER = {"kinds": [KIND], "paths": [None], "suffixes": [None]}
+FILTER = {"kinds": [KIND], "paths": [None], "suffixes": [None], "filtered": []}
 # Retention's sweep, as each build's executor runs it (executor/maintenance.py of each).
 RETENTION_BATCH = 1000
 RETENTION_STATEMENTS = 100

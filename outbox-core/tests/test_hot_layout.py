@@ -293,6 +293,49 @@ async def test_action_failure_holds_exactly_the_failed_and_uncertain_actions(
     ) == [("TEST_SCRIPTED", True)]
 
 
+def test_the_counts_test_each_row_of_a_filtered_kind_and_name_only_the_others(
+    db: OutboxTestDatabase,
+) -> None:
+    """backlog_counts works out whether a row is ours once a row: decodable_v1 for the kinds
+    of KindFilter.filtered (a path or a key suffix to test), the kind's name for the others. Its
+    counts, in both forms, are those of decodable_v1 over every live row: a row of a filtered
+    kind that the filter refuses, and a kind this build does not serve, count as not ours."""
+    with db.connect() as conn:
+        for n in range(9):
+            kind = ("TEST_NOOP", "TEST_SCRIPTED", "TEST_FENCED")[n % 3]
+            key = f"k{n}:" + ("keep" if n % 2 else "drop")
+            db.outbox.enqueue(conn, ActionRequest(kind, f"lane-{n % 4}", key, proposed=n == 7))
+        conn.commit()
+    # TEST_NOOP read through a key suffix, as a variant declared by ActionVariants.key_suffix;
+    # TEST_SCRIPTED by its name; TEST_FENCED's rows are not this filter's.
+    params = {
+        "kinds": ["TEST_NOOP", "TEST_SCRIPTED"],
+        "paths": [None, None],
+        "suffixes": [r"(^|:)keep$", None],
+        "filtered": ["TEST_NOOP"],
+    }
+    expected = sorted(
+        db.rows(
+            "SELECT CASE WHEN ours THEN kind END, count(*) FILTER (WHERE ours AND state = "
+            "'ADMITTED'), count(*) FILTER (WHERE ours AND state = 'PROPOSED'), count(*) "
+            "FROM (SELECT kind, state, {schema}.decodable_v1(kind, payload, idempotency_key, "
+            "%(kinds)s::text[], %(paths)s::jsonpath[], %(suffixes)s::text[]) AS ours "
+            "FROM {schema}.agent_action) a GROUP BY 1",
+            params,
+        ),
+        key=repr,
+    )
+    # TEST_NOOP's are k0, k3 and k6, of which k3 keeps; TEST_SCRIPTED's k1, k4 and the
+    # proposal k7, whatever their suffix; the rest are not ours: two of TEST_NOOP, TEST_FENCED's.
+    assert expected == [("TEST_NOOP", 1, 0, 1), ("TEST_SCRIPTED", 2, 1, 3), (None, 0, 0, 5)]
+    for scan in (False, True):
+        answer = db.rows(
+            db.outbox.queries["backlog_counts"], {**params, "scan": scan, "budget": None}
+        )
+        assert sorted(answer, key=repr) == expected, scan
+    assert db.outbox.registry.filter(["TEST_NOOP"]).filtered == []
+
+
 def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(
     db: OutboxTestDatabase,
 ) -> None:
@@ -323,7 +366,12 @@ def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(
         "last_result = 'Retry' WHERE idempotency_key = 'backoff-head'"
     )
     kinds = db.outbox.registry.filter(["TEST_NOOP"])
-    params = {"kinds": kinds.kinds, "paths": kinds.paths, "suffixes": kinds.suffixes}
+    params = {
+        "kinds": kinds.kinds,
+        "paths": kinds.paths,
+        "suffixes": kinds.suffixes,
+        "filtered": kinds.filtered,
+    }
     answers = {}
     for scan in (False, True):
         answers[scan] = [

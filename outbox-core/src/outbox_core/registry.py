@@ -64,6 +64,17 @@ class KindFilter:
     paths: list[str | None]
     suffixes: list[str | None]
 
+    @property
+    def filtered(self) -> list[str]:
+        """The kinds whose rows decodable_v1 must test one by one (a path into the payload or
+        a key suffix); a row of any other of :attr:`kinds` is decoded by its kind's name alone
+        (``backlog_counts`` reads a million live actions so)."""
+        return [
+            kind
+            for kind, path, suffix in zip(self.kinds, self.paths, self.suffixes, strict=True)
+            if path is not None or suffix is not None
+        ]
+
 
 class KindRegistry:
     """Kind name -> :class:`RegisteredKind`. A duplicate kind names both registrants."""

@@ -117,7 +117,12 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
-    params: dict[str, Any] = {"kinds": flt.kinds, "paths": flt.paths, "suffixes": flt.suffixes}
+    params: dict[str, Any] = {
+        "kinds": flt.kinds,
+        "paths": flt.paths,
+        "suffixes": flt.suffixes,
+        "filtered": flt.filtered,
+    }
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
     due_admitted: dict[str, int] = {}
     queries = outbox.queries

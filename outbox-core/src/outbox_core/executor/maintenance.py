@@ -185,6 +185,7 @@ class Maintenance:
             "kinds": flt.kinds,
             "paths": flt.paths,
             "suffixes": flt.suffixes,
+            "filtered": flt.filtered,
         }
         full = blocked or self._full_counted_at is None
         async with rt.connection() as conn, conn.transaction():
