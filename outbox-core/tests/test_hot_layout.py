@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -334,6 +335,42 @@ def test_the_counts_test_each_row_of_a_filtered_kind_and_name_only_the_others(
         )
         assert sorted(answer, key=repr) == expected, scan
     assert db.outbox.registry.filter(["TEST_NOOP"]).filtered == []
+
+
+async def test_once_the_live_actions_pass_the_lanes_budget_the_next_counts_read_the_table_first(
+    db: OutboxTestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor's full counts read at most the budget lane by lane, then the table. Once a
+    count found the live actions over the budget, the next one reads the table at once (the
+    budget read lane by lane would be spent again), until a count finds fewer."""
+    monkeypatch.setattr(live_reads, "LANE_READ_BUDGET", 3)
+    monkeypatch.setattr(live_reads, "by_table", lambda lane_bytes, action_bytes: False)
+    first_reads: list[bool] = []
+    acount_live = live_reads.acount_live
+
+    async def spied(run: Any, scan: bool) -> tuple[live_reads.Counts, bool]:
+        first_reads.append(scan)
+        return await acount_live(run, scan)
+
+    monkeypatch.setattr(live_reads, "acount_live", spied)
+    with db.connect() as conn:
+        for n in range(5):  # two lanes: two due heads, three actions waiting behind them
+            db.outbox.enqueue(conn, ActionRequest("TEST_NOOP", f"lane-{n % 2}", f"k{n}"))
+        conn.commit()
+    async with db.executor() as executor:
+        assert (await executor.sample_backlog()).waiting == {"TEST_NOOP": 3}
+        assert (await executor.sample_backlog()).waiting == {"TEST_NOOP": 3}
+        with db.connect() as conn:
+            for (action_id,) in db.rows(
+                "SELECT id FROM {schema}.agent_action WHERE idempotency_key IN ('k2', 'k3', 'k4')"
+            ):
+                db.outbox.cancel(conn, action_id)
+            conn.commit()
+        assert (await executor.sample_backlog()).waiting == {}
+        assert (await executor.sample_backlog()).waiting == {}
+    # Lanes first (over the budget: the table then); the table at once while it finds five live
+    # actions, and once more when it finds two; lanes again after that.
+    assert first_reads == [False, True, True, False]
 
 
 def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(

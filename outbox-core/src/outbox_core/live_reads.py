@@ -45,13 +45,20 @@ def by_table(lane_bytes: int, action_bytes: int) -> bool:
 LANE_READ_BUDGET = 100_000
 
 
+def over_budget(rows: Sequence[Sequence[Any]], budget: int) -> bool:
+    """Whether ``backlog_counts``' rows (kind, admitted, proposed, rows read) read ``budget``
+    live actions or more: lane by lane, that it stopped there; from the table, that lane by lane
+    it would have."""
+    return sum(int(row[3]) for row in rows) >= budget
+
+
 def counted(
     rows: Sequence[Sequence[Any]], scan: bool, budget: int = LANE_READ_BUDGET
 ) -> dict[str, tuple[int, int]] | None:
     """The admitted and proposed actions by kind from ``backlog_counts``' rows (kind, admitted,
     proposed, rows read), or None when its pass lane by lane (``scan`` false) stopped at its
     ``budget`` of rows: read the table then."""
-    if not scan and sum(int(row[3]) for row in rows) >= budget:
+    if not scan and over_budget(rows, budget):
         return None
     return {str(row[0]): (int(row[1]), int(row[2])) for row in rows if row[0] is not None}
 
@@ -65,7 +72,7 @@ def count_live(
     """``backlog_counts`` as every reader runs it: ``run(scan, budget)`` returns its rows; lane
     by lane (``scan`` false) up to the budget, then the table once if that was not all. The
     counts, and whether they read the table."""
-    while (counts := counted(run(scan, LANE_READ_BUDGET), scan)) is None:
+    while (counts := counted(run(scan, LANE_READ_BUDGET), scan, LANE_READ_BUDGET)) is None:
         scan = True
     return counts, scan
 
@@ -74,6 +81,6 @@ async def acount_live(
     run: Callable[[bool, int], Awaitable[Sequence[Sequence[Any]]]], scan: bool
 ) -> tuple[Counts, bool]:
     """:func:`count_live` for an async ``run``."""
-    while (counts := counted(await run(scan, LANE_READ_BUDGET), scan)) is None:
+    while (counts := counted(await run(scan, LANE_READ_BUDGET), scan, LANE_READ_BUDGET)) is None:
         scan = True
     return counts, scan

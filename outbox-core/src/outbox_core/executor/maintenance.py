@@ -51,6 +51,9 @@ class Maintenance:
         self._full_counted_at: float | None = None
         # The last full counts, published between them: waiting, proposed, lanes blocked.
         self._full_counts: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
+        # Whether the last count of every live action found more than the lanes' budget: the
+        # next one reads the table at once (live_reads.LANE_READ_BUDGET), not the budget first.
+        self._live_over_budget = False
         # Expiry: the expiries after this time are read (None: every one), and when it last
         # read every one (monotonic).
         self._expiry_since: datetime | None = None
@@ -216,9 +219,18 @@ class Maintenance:
                     counted = await conn.execute(
                         rt.queries["backlog_counts"], {**params, "scan": scan, "budget": budget}
                     )
-                    return await counted.fetchall()
+                    rows = await counted.fetchall()
+                    if scan:  # every live action read: would the lanes hold them next time?
+                        self._live_over_budget = live_reads.over_budget(rows, budget)
+                    return rows
 
-                counts, _ = await live_reads.acount_live(backlog_counts, by_table)
+                # The live actions change little in a minute: once they passed the lanes'
+                # budget, the next counts read the table at once (in 10,000 lanes of 100, the
+                # budget read lane by lane cost 0.39 s before the table's 0.23 s), until a count
+                # of the table finds fewer.
+                counts, _ = await live_reads.acount_live(
+                    backlog_counts, by_table or self._live_over_budget
+                )
                 for kind, (admitted, proposals) in counts.items():
                     if admitted > due_admitted.get(kind, 0):
                         snapshot.waiting[kind] = admitted - due_admitted.get(kind, 0)
