@@ -6,7 +6,8 @@
 Writes bench/results/<stamp>.json, docs/benchmarks.png and the generated part of
 docs/benchmarks.md (between its `generated` markers). Each figure is the median of the runs,
 with min and max; ratios outbox/peer are computed run by run (same run, same moment), then
-their median is taken. Runs of one workload are interleaved across systems.
+their median is taken. Within a run the systems of a workload run one after another (workload
+by workload), and take turns to go first from run to run (`run_order`).
 
 `--before REV` (default: the build before issue 34's layout, in a full run; none with `--quick`)
 also runs outbox's burn-downs with that commit's outbox-core (taken with `git archive`, first on
@@ -508,6 +509,25 @@ def loopback_saturated(result: dict[str, Any]) -> bool:
     return bool(result.get("http", {}).get("loopback", {}).get("saturated"))
 
 
+def run_order(selected: list[Case], run: int) -> list[Case]:
+    """The cases of one run (``run`` from 0): workload by workload, in the order of their first
+    case, so that the systems of a workload run one after the other and a ratio taken run by
+    run compares moments seconds apart (system by system, outbox's burn-down and pgqueuer's
+    were 7 minutes apart, and this machine's speed moved by a third between them); within a
+    workload the systems take turns to go first, run by run, so that none is always the one
+    after another's (a peer's setup, a procrastinate burn of two minutes)."""
+    groups: dict[str, list[Case]] = {}
+    for case in selected:
+        groups.setdefault(case.workload.removesuffix("_p99"), []).append(case)
+    ordered: list[Case] = []
+    for group in groups.values():
+        systems = list(dict.fromkeys(case.system for case in group))
+        first = systems[run % len(systems)]
+        turn = systems[systems.index(first) :] + systems[: systems.index(first)]
+        ordered += sorted(group, key=lambda case: turn.index(case.system))
+    return ordered
+
+
 def measure(selected: list[Case], repeat: int, timeout: float) -> Table:
     table = Table()
     cache: dict[tuple[str, ...], dict[str, Any]] = {}
@@ -516,7 +536,7 @@ def measure(selected: list[Case], repeat: int, timeout: float) -> Table:
         stopped: dict[
             str, int
         ] = {}  # stop group: the level where the loopback server was the limit
-        for case in selected:
+        for case in run_order(selected, run):
             key = (case.workload, case.system)
             table.notes[key] = case.note
             if case.stop_group in stopped and case.level > stopped[case.stop_group]:

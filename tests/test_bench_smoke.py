@@ -92,6 +92,41 @@ def test_ratios_are_taken_run_by_run_and_peers_without_a_feature_are_marked(tmp_
     assert (tmp_path / "plot.png").stat().st_size > 5_000
 
 
+def test_a_run_measures_workload_by_workload_and_the_systems_take_turns_to_go_first() -> None:
+    """The systems of a workload run one after the other (a ratio run by run compares moments
+    seconds apart), a workload's _p99 figure with it; the first system changes from run to run."""
+    cases = [
+        run_all.Case(workload, system, [system, workload])
+        for system in ("outbox", "outbox (before)", "pgqueuer (asyncpg)")
+        for workload in ("burn", "latency", "latency_p99")
+    ]
+    orders = [
+        [(case.workload, case.system) for case in run_all.run_order(cases, run)] for run in range(3)
+    ]
+    assert orders[0] == [
+        ("burn", "outbox"),
+        ("burn", "outbox (before)"),
+        ("burn", "pgqueuer (asyncpg)"),
+        ("latency", "outbox"),
+        ("latency_p99", "outbox"),
+        ("latency", "outbox (before)"),
+        ("latency_p99", "outbox (before)"),
+        ("latency", "pgqueuer (asyncpg)"),
+        ("latency_p99", "pgqueuer (asyncpg)"),
+    ]
+    assert [order[0][1] for order in orders] == [
+        "outbox",
+        "outbox (before)",
+        "pgqueuer (asyncpg)",
+    ]
+    assert orders[1][:3] == [
+        ("burn", "outbox (before)"),
+        ("burn", "pgqueuer (asyncpg)"),
+        ("burn", "outbox"),
+    ]
+    assert all(sorted(order) == sorted(orders[0]) for order in orders)
+
+
 def _http_result(rate: float, saturated: bool) -> dict[str, object]:
     loopback = {"core_share": 0.9 if saturated else 0.1, "saturated": saturated}
     return {"rate_per_s": rate, "worker_cpu_us_per_action": 100.0, "http": {"loopback": loopback}}
