@@ -509,13 +509,26 @@ def loopback_saturated(result: dict[str, Any]) -> bool:
     return bool(result.get("http", {}).get("loopback", {}).get("saturated"))
 
 
+# Measured after every other system in a run: procrastinate's burn-down takes 100-120 s where
+# the others' take 5-10 s, and no target's ratio is taken against it; between the others it put
+# two minutes between a burn-down and the figures compared with it (pending, traced, fenced).
+LAST_SYSTEMS = ("procrastinate (psycopg)",)
+
+
 def run_order(selected: list[Case], run: int) -> list[Case]:
     """The cases of one run (``run`` from 0): workload by workload, in the order of their first
     case, so that the systems of a workload run one after the other and a ratio taken run by
     run compares moments seconds apart (system by system, outbox's burn-down and pgqueuer's
     were 7 minutes apart, and this machine's speed moved by a third between them); within a
     workload the systems take turns to go first, run by run, so that none is always the one
-    after another's (a peer's setup, a procrastinate burn of two minutes)."""
+    after another's. The systems of ``LAST_SYSTEMS`` go after all the others, in the same
+    order."""
+    first = [case for case in selected if case.system not in LAST_SYSTEMS]
+    last = [case for case in selected if case.system in LAST_SYSTEMS]
+    return _turns(first, run) + _turns(last, run)
+
+
+def _turns(selected: list[Case], run: int) -> list[Case]:
     groups: dict[str, list[Case]] = {}
     for case in selected:
         groups.setdefault(case.workload.removesuffix("_p99"), []).append(case)

@@ -125,6 +125,9 @@ def test_a_run_measures_workload_by_workload_and_the_systems_take_turns_to_go_fi
         ("burn", "outbox"),
     ]
     assert all(sorted(order) == sorted(orders[0]) for order in orders)
+    # procrastinate's burn-down takes minutes: it goes after the others, not between them.
+    slow = [run_all.Case("burn", "procrastinate (psycopg)", ["p"]), *cases]
+    assert [case.system for case in run_all.run_order(slow, 0)][-1] == "procrastinate (psycopg)"
 
 
 def _http_result(rate: float, saturated: bool) -> dict[str, object]:
