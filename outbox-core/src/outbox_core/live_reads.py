@@ -20,7 +20,9 @@ The blocked lanes cost a few probes a lane however long the lanes; the waiting a
 counts read every live action, each by a probe of its own, so lane by lane they also cost a
 probe a live action, which a million pending in 10,000 lanes made a second of the server's
 time. They read at most ``LANE_READ_BUDGET`` actions lane by lane, and the table once when that
-was not all (:func:`counted`).
+was not all (:func:`counted`); the executor, which counts once a minute, reads the table at
+once after a count that found the live actions over the budget (:func:`over_budget`), until a
+count finds fewer.
 """
 
 from __future__ import annotations
