@@ -696,7 +696,7 @@ SELECT a.kind, count(*)
 -- once a row, in the inner grouping: decodable_v1 only for the kinds of %(filtered)s (those
 -- with a path or a key suffix to test, KindFilter.filtered), the kind's name for the others.
 -- As one grouping of the whole test, the planner repeated decodable_v1 in the key and each
--- FILTER: 0.8-0.95 s a million live actions against 0.17-0.2 s (docs/benchmarks.md).
+-- FILTER: 0.8-0.95 s a million live actions against 0.17-0.25 s (docs/benchmarks.md).
 SELECT CASE WHEN a.ours THEN a.kind END,
        coalesce(sum(a.n) FILTER (WHERE a.ours AND a.state = 'ADMITTED'), 0)::bigint AS admitted,
        coalesce(sum(a.n) FILTER (WHERE a.ours AND a.state = 'PROPOSED'), 0)::bigint AS proposed,
