@@ -122,13 +122,7 @@ def measure(args: argparse.Namespace, shape: str) -> None:
         builds = {"this": outbox.queries}
         if args.queries is not None:
             builds["before"] = parse_named(render(Path(args.queries).read_text(), "outbox"))
-        flt = outbox.registry.filter()
-        params: dict[str, Any] = {
-            "kinds": flt.kinds,
-            "paths": flt.paths,
-            "suffixes": flt.suffixes,
-            "filtered": flt.filtered,
-        }
+        params: dict[str, Any] = outbox.registry.filter().params()
         with psycopg.connect(db.url, autocommit=True) as conn:
             with Timer() as timer:
                 for statement in SHAPES[shape]:

@@ -535,9 +535,9 @@ def _turns(selected: list[Case], run: int) -> list[Case]:
     ordered: list[Case] = []
     for group in groups.values():
         systems = list(dict.fromkeys(case.system for case in group))
-        first = systems[run % len(systems)]
-        turn = systems[systems.index(first) :] + systems[: systems.index(first)]
-        ordered += sorted(group, key=lambda case: turn.index(case.system))
+        turn = run % len(systems)  # the first system of this run's turn
+        turns = systems[turn:] + systems[:turn]
+        ordered += sorted(group, key=lambda case: turns.index(case.system))
     return ordered
 
 

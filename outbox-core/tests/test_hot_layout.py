@@ -402,13 +402,7 @@ def test_the_passes_over_the_live_actions_count_the_same_by_lane_and_by_table(
         "UPDATE {schema}.agent_action SET due_at = now() + interval '1 hour', "
         "last_result = 'Retry' WHERE idempotency_key = 'backoff-head'"
     )
-    kinds = db.outbox.registry.filter(["TEST_NOOP"])
-    params = {
-        "kinds": kinds.kinds,
-        "paths": kinds.paths,
-        "suffixes": kinds.suffixes,
-        "filtered": kinds.filtered,
-    }
+    params = db.outbox.registry.filter(["TEST_NOOP"]).params()
     answers = {}
     for scan in (False, True):
         answers[scan] = [

@@ -75,6 +75,16 @@ class KindFilter:
             if path is not None or suffix is not None
         ]
 
+    def params(self) -> dict[str, Any]:
+        """The filter as the queries take it: ``kinds``, ``paths``, ``suffixes`` (the arrays of
+        ``decodable_v1``) and ``filtered`` (``backlog_counts``)."""
+        return {
+            "kinds": self.kinds,
+            "paths": self.paths,
+            "suffixes": self.suffixes,
+            "filtered": self.filtered,
+        }
+
 
 class KindRegistry:
     """Kind name -> :class:`RegisteredKind`. A duplicate kind names both registrants."""

@@ -117,12 +117,7 @@ def collect_status(conn: Connection[Any], outbox: Outbox, *, lanes: int = 20) ->
     whose adapter cannot be built with ``outbox.settings`` (an executor would stop them)."""
     registry = outbox.registry
     flt = registry.filter()
-    params: dict[str, Any] = {
-        "kinds": flt.kinds,
-        "paths": flt.paths,
-        "suffixes": flt.suffixes,
-        "filtered": flt.filtered,
-    }
+    params: dict[str, Any] = flt.params()
     stats: dict[str, dict[str, Any]] = {kind: {} for kind in registry.kinds}
     due_admitted: dict[str, int] = {}
     queries = outbox.queries

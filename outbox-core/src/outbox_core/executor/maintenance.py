@@ -183,13 +183,7 @@ class Maintenance:
         rt = self.rt
         snapshot = BacklogSnapshot()
         # Every served kind, also a stopped one: its due actions pile up, and that is the alert.
-        flt = rt.served_filter
-        params: dict[str, object] = {
-            "kinds": flt.kinds,
-            "paths": flt.paths,
-            "suffixes": flt.suffixes,
-            "filtered": flt.filtered,
-        }
+        params: dict[str, object] = rt.served_filter.params()
         full = blocked or self._full_counted_at is None
         async with rt.connection() as conn, conn.transaction():
             # One snapshot for every count: the waiting actions are the admitted ones less the

@@ -153,8 +153,4 @@ class Runtime:
 
     def filter_params(self) -> dict[str, Any]:
         """The kind filter of every kind served, as the queries take it."""
-        return {
-            "kinds": self.filter.kinds,
-            "paths": self.filter.paths,
-            "suffixes": self.filter.suffixes,
-        }
+        return self.filter.params()
